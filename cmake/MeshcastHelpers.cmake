@@ -1,0 +1,32 @@
+# Build helpers shared by every layer: warnings, sanitizers and the per-layer library pattern.
+
+function(meshcast_set_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)
+  if(MESHCAST_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(MESHCAST_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=undefined)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# meshcast_add_layer(NAME SOURCES a.cpp ... DEPS other_targets ...)
+# One static library per layer (meshcast_<NAME>, alias meshcast::<NAME>), so a layer links only the
+# layers above it (DESIGN.md) and the planner never links MPI or CUDA.
+function(meshcast_add_layer name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  set(target meshcast_${name})
+  add_library(${target} STATIC ${ARG_SOURCES})
+  add_library(meshcast::${name} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name} POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_link_libraries(${target} PUBLIC ${ARG_DEPS})
+  meshcast_set_warnings(${target})
+  set_property(GLOBAL APPEND PROPERTY MESHCAST_LAYERS ${target})
+endfunction()

@@ -1,0 +1,30 @@
+// JSON forms of reshardings, unit tasks, clusters and plans (documented in docs/json.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "meshcast/plan/plan.h"
+
+namespace meshcast {
+
+// {"hosts", "devices_per_host", "nic_gbps", "dev_gbps", "latency_us"[, "host_nic_gbps": [..]]}
+nlohmann::json cluster_to_json(const Cluster& cluster);
+// Missing keys keep the values of `defaults`. Throws ParseError naming the bad key.
+Cluster cluster_from_json(const nlohmann::json& j, const Cluster& defaults = {});
+
+// {"tensor": {"shape", "dtype", "bytes"}, "src": {"mesh", "devices", "spec"}, "dst": {...},
+//  "cluster": {...}}: the keys are merged into the documents of the tasks and plan verbs.
+nlohmann::json resharding_to_json(const Resharding& problem);
+Resharding resharding_from_json(const nlohmann::json& j);
+
+// {"slice": [[lo,hi],...], "bytes", "senders", "receivers"}
+nlohmann::json task_to_json(const UnitTask& task);
+nlohmann::json box_to_json(const Box& box);
+Box box_from_json(const nlohmann::json& j);
+
+// The whole plan document, with "meshcast_version".
+nlohmann::json plan_to_json(const Plan& plan);
+// Throws ParseError naming the bad key or value; the result is validated as a Resharding.
+Plan plan_from_json(const nlohmann::json& j);
+
+}  // namespace meshcast

@@ -1,0 +1,39 @@
+#include "meshcast/layout/cluster.h"
+
+#include <fmt/format.h>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+
+double Cluster::nic_bandwidth_of(int host) const {
+  return host_nic_bandwidth.empty() ? nic_bandwidth : host_nic_bandwidth[host];
+}
+
+double Cluster::device_bandwidth_of(DeviceId) const {
+  return device_bandwidth;
+}
+
+void Cluster::validate() const {
+  if (hosts <= 0) throw InvalidArgument(fmt::format("bad host count {}: expected > 0", hosts));
+  if (devices_per_host <= 0)
+    throw InvalidArgument(fmt::format("bad devices per host {}: expected > 0", devices_per_host));
+  if (!(nic_bandwidth > 0))
+    throw InvalidArgument(fmt::format("bad NIC bandwidth {} B/s: expected > 0", nic_bandwidth));
+  if (!(device_bandwidth > 0))
+    throw InvalidArgument(
+        fmt::format("bad device bandwidth {} B/s: expected > 0", device_bandwidth));
+  if (!(latency >= 0))
+    throw InvalidArgument(fmt::format("bad latency {} s: expected >= 0", latency));
+  if (!host_nic_bandwidth.empty()) {
+    if (static_cast<int>(host_nic_bandwidth.size()) != hosts)
+      throw InvalidArgument(fmt::format("per-host NIC bandwidths list {} entries, expected {}",
+                                        host_nic_bandwidth.size(), hosts));
+    for (int h = 0; h < hosts; ++h)
+      if (!(host_nic_bandwidth[h] > 0))
+        throw InvalidArgument(fmt::format("bad NIC bandwidth {} B/s for host {}: expected > 0",
+                                          host_nic_bandwidth[h], h));
+  }
+}
+
+}  // namespace meshcast

@@ -1,0 +1,123 @@
+#include "meshcast/layout/mesh.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <unordered_set>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (auto x : v) p *= x;
+  return p;
+}
+
+// Splits on any of `separators`; every item must be a non-negative integer.
+std::vector<int64_t> parse_integers(std::string_view text, std::string_view separators,
+                                    std::string_view what, std::string_view example) {
+  std::vector<int64_t> values;
+  size_t pos = 0;
+  while (true) {
+    const size_t end = text.find_first_of(separators, pos);
+    const auto item = text.substr(pos, end == std::string_view::npos ? end : end - pos);
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || value < 0)
+      throw InvalidArgument(
+          fmt::format("bad {} '{}': '{}' is not a non-negative integer "
+                      "(expected e.g. {})",
+                      what, text, item, example));
+    values.push_back(value);
+    if (end == std::string_view::npos) break;
+    pos = end + 1;
+  }
+  return values;
+}
+
+}  // namespace
+
+Mesh::Mesh(std::vector<int64_t> shape, std::vector<DeviceId> devices)
+    : shape_(std::move(shape)), devices_(std::move(devices)) {
+  if (shape_.empty()) throw InvalidArgument("bad mesh: expected at least one axis");
+  for (size_t i = 0; i < shape_.size(); ++i)
+    if (shape_[i] <= 0)
+      throw InvalidArgument(fmt::format("bad mesh shape {}: axis {} is {}, expected > 0",
+                                        mesh_shape_to_string(shape_), i, shape_[i]));
+  if (static_cast<int64_t>(devices_.size()) != product(shape_))
+    throw InvalidArgument(fmt::format("mesh {} needs {} devices, the device list has {}",
+                                      mesh_shape_to_string(shape_), product(shape_),
+                                      devices_.size()));
+  std::unordered_set<DeviceId> seen;
+  for (auto d : devices_) {
+    if (d < 0) throw InvalidArgument(fmt::format("bad device id {}: expected >= 0", d));
+    if (!seen.insert(d).second)
+      throw InvalidArgument(fmt::format("device {} appears twice in the device list of mesh {}", d,
+                                        mesh_shape_to_string(shape_)));
+  }
+}
+
+Mesh Mesh::placed(std::vector<int64_t> shape, int first_host, int devices_per_host) {
+  if (shape.empty()) throw InvalidArgument("bad mesh: expected at least one axis");
+  if (first_host < 0)
+    throw InvalidArgument(fmt::format("bad first host {}: expected >= 0", first_host));
+  const int64_t per_host = shape.back();
+  if (per_host <= 0 || per_host > devices_per_host)
+    throw InvalidArgument(
+        fmt::format("mesh {} puts {} devices on each host, but hosts have {} devices",
+                    mesh_shape_to_string(shape), per_host, devices_per_host));
+  const int64_t count = product(shape);
+  std::vector<DeviceId> devices;
+  devices.reserve(count > 0 ? count : 0);
+  for (int64_t i = 0; i < count; ++i)
+    devices.push_back(
+        static_cast<DeviceId>((first_host + i / per_host) * devices_per_host + i % per_host));
+  return Mesh(std::move(shape), std::move(devices));
+}
+
+std::vector<int64_t> Mesh::coords_of(int64_t flat_index) const {
+  std::vector<int64_t> coords(shape_.size());
+  for (int i = rank() - 1; i >= 0; --i) {
+    coords[i] = flat_index % shape_[i];
+    flat_index /= shape_[i];
+  }
+  return coords;
+}
+
+int64_t Mesh::host_span() const {
+  return size() / shape_.back();
+}
+
+void Mesh::check_fits(const Cluster& cluster) const {
+  for (auto d : devices_)
+    if (d >= cluster.devices())
+      throw InvalidArgument(fmt::format(
+          "mesh {} uses device {}, but the cluster has {} hosts x {} devices (ids 0..{})",
+          mesh_shape_to_string(shape_), d, cluster.hosts, cluster.devices_per_host,
+          cluster.devices() - 1));
+}
+
+std::vector<int64_t> parse_mesh_shape(std::string_view text) {
+  auto shape = parse_integers(text, "x,", "mesh shape", "2x4");
+  for (auto n : shape)
+    if (n <= 0)
+      throw InvalidArgument(
+          fmt::format("bad mesh shape '{}': axis size {} must be positive", text, n));
+  return shape;
+}
+
+std::vector<DeviceId> parse_device_list(std::string_view text) {
+  std::vector<DeviceId> ids;
+  for (auto v : parse_integers(text, ",", "device list", "0,1,2,3"))
+    ids.push_back(static_cast<DeviceId>(v));
+  return ids;
+}
+
+std::string mesh_shape_to_string(const std::vector<int64_t>& shape) {
+  return fmt::format("{}", fmt::join(shape, "x"));
+}
+
+}  // namespace meshcast

@@ -1,0 +1,192 @@
+#include "meshcast/plan/json.h"
+
+#include <fmt/format.h>
+
+#include "meshcast/error.h"
+#include "meshcast/version.h"
+
+namespace meshcast {
+namespace {
+
+using nlohmann::json;
+
+// j[key] as T, or ParseError naming the key and what was expected.
+template <typename T>
+T field(const json& j, std::string_view key, std::string_view where) {
+  if (!j.is_object() || !j.contains(key))
+    throw ParseError(fmt::format("{}: missing key '{}'", where, key));
+  try {
+    return j.at(std::string(key)).get<T>();
+  } catch (const json::exception& e) {
+    throw ParseError(fmt::format("{}: bad value for '{}': {}", where, key, e.what()));
+  }
+}
+
+template <typename T>
+T field_or(const json& j, std::string_view key, std::string_view where, T fallback) {
+  return j.is_object() && j.contains(key) ? field<T>(j, key, where) : fallback;
+}
+
+json layout_to_json(const Layout& layout) {
+  return {{"mesh", layout.mesh.shape()},
+          {"devices", layout.mesh.devices()},
+          {"spec", layout.spec.to_string()}};
+}
+
+Layout layout_from_json(const json& j, std::string_view where) {
+  try {
+    Mesh mesh(field<std::vector<int64_t>>(j, "mesh", where),
+              field<std::vector<DeviceId>>(j, "devices", where));
+    return Layout{std::move(mesh), ShardingSpec::parse(field<std::string>(j, "spec", where))};
+  } catch (const InvalidArgument& e) {
+    throw ParseError(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+}  // namespace
+
+json cluster_to_json(const Cluster& cluster) {
+  json j = {{"hosts", cluster.hosts},
+            {"devices_per_host", cluster.devices_per_host},
+            {"nic_gbps", bytes_to_gbps(cluster.nic_bandwidth)},
+            {"dev_gbps", bytes_to_gbps(cluster.device_bandwidth)},
+            {"latency_us", cluster.latency * 1e6}};
+  if (!cluster.host_nic_bandwidth.empty()) {
+    json per_host = json::array();
+    for (double b : cluster.host_nic_bandwidth) per_host.push_back(bytes_to_gbps(b));
+    j["host_nic_gbps"] = per_host;
+  }
+  return j;
+}
+
+Cluster cluster_from_json(const json& j, const Cluster& defaults) {
+  constexpr std::string_view where = "cluster";
+  Cluster c = defaults;
+  c.hosts = field_or(j, "hosts", where, c.hosts);
+  c.devices_per_host = field_or(j, "devices_per_host", where, c.devices_per_host);
+  c.nic_bandwidth = gbps_to_bytes(field_or(j, "nic_gbps", where, bytes_to_gbps(c.nic_bandwidth)));
+  c.device_bandwidth =
+      gbps_to_bytes(field_or(j, "dev_gbps", where, bytes_to_gbps(c.device_bandwidth)));
+  c.latency = field_or(j, "latency_us", where, c.latency * 1e6) / 1e6;
+  if (j.contains("host_nic_gbps")) {
+    c.host_nic_bandwidth.clear();
+    for (double g : field<std::vector<double>>(j, "host_nic_gbps", where))
+      c.host_nic_bandwidth.push_back(gbps_to_bytes(g));
+  }
+  try {
+    c.validate();
+  } catch (const InvalidArgument& e) {
+    throw ParseError(fmt::format("{}: {}", where, e.what()));
+  }
+  return c;
+}
+
+json resharding_to_json(const Resharding& p) {
+  return {{"tensor",
+           {{"shape", p.tensor.shape},
+            {"dtype", to_string(p.tensor.dtype)},
+            {"bytes", p.tensor.bytes()}}},
+          {"src", layout_to_json(p.src)},
+          {"dst", layout_to_json(p.dst)},
+          {"cluster", cluster_to_json(p.cluster)}};
+}
+
+Resharding resharding_from_json(const json& j) {
+  Resharding p;
+  const json tensor = field<json>(j, "tensor", "document");
+  p.tensor.shape = field<std::vector<int64_t>>(tensor, "shape", "tensor");
+  try {
+    p.tensor.dtype = parse_dtype(field<std::string>(tensor, "dtype", "tensor"));
+  } catch (const InvalidArgument& e) {
+    throw ParseError(fmt::format("tensor: {}", e.what()));
+  }
+  p.src = layout_from_json(field<json>(j, "src", "document"), "src");
+  p.dst = layout_from_json(field<json>(j, "dst", "document"), "dst");
+  p.cluster = cluster_from_json(field<json>(j, "cluster", "document"));
+  try {
+    p.validate();
+  } catch (const InvalidArgument& e) {
+    throw ParseError(e.what());
+  }
+  return p;
+}
+
+json box_to_json(const Box& box) {
+  json j = json::array();
+  for (const auto& d : box.dims) j.push_back({d.lo, d.hi});
+  return j;
+}
+
+Box box_from_json(const json& j) {
+  if (!j.is_array())
+    throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", j.dump()));
+  Box box;
+  for (const auto& d : j) {
+    if (!d.is_array() || d.size() != 2 || !d[0].is_number_integer() || !d[1].is_number_integer())
+      throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", j.dump()));
+    box.dims.push_back({d[0].get<int64_t>(), d[1].get<int64_t>()});
+  }
+  return box;
+}
+
+json task_to_json(const UnitTask& task) {
+  return {{"slice", box_to_json(task.slice)},
+          {"bytes", task.bytes},
+          {"senders", task.senders},
+          {"receivers", task.receivers}};
+}
+
+json plan_to_json(const Plan& plan) {
+  json j = {{"meshcast_version", kVersion},
+            {"strategy", to_string(plan.strategy)},
+            {"balance", to_string(plan.balance)}};
+  j.update(resharding_to_json(plan.problem));
+  json ops = json::array();
+  for (const auto& op : plan.ops) {
+    ops.push_back({{"id", op.id},
+                   {"kind", to_string(op.kind)},
+                   {"task", op.task},
+                   {"slice", box_to_json(op.slice)},
+                   {"bytes", op.bytes},
+                   {"sender", op.sender ? json(*op.sender) : json(nullptr)},
+                   {"receivers", op.receivers},
+                   {"chunk_bytes", op.chunk_bytes}});
+  }
+  j["ops"] = std::move(ops);
+  j["lower_bound_s"] = plan.lower_bound_s;
+  j["network_bytes"] = plan.network_bytes;
+  return j;
+}
+
+Plan plan_from_json(const json& j) {
+  Plan plan;
+  plan.problem = resharding_from_json(j);
+  try {
+    plan.strategy = parse_strategy(field<std::string>(j, "strategy", "plan"));
+    plan.balance = parse_balance(field<std::string>(j, "balance", "plan"));
+    const json ops = field<json>(j, "ops", "plan");
+    if (!ops.is_array()) throw ParseError("plan: 'ops' must be an array");
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const json& o = ops[i];
+      const std::string where = fmt::format("ops[{}]", i);
+      Op op;
+      op.id = field<int>(o, "id", where);
+      op.kind = parse_op_kind(field<std::string>(o, "kind", where));
+      op.task = field<int>(o, "task", where);
+      op.slice = box_from_json(field<json>(o, "slice", where));
+      op.bytes = field<int64_t>(o, "bytes", where);
+      if (o.contains("sender") && !o.at("sender").is_null())
+        op.sender = field<DeviceId>(o, "sender", where);
+      op.receivers = field<std::vector<DeviceId>>(o, "receivers", where);
+      op.chunk_bytes = field_or<int64_t>(o, "chunk_bytes", where, 0);
+      plan.ops.push_back(std::move(op));
+    }
+  } catch (const InvalidArgument& e) {
+    throw ParseError(fmt::format("plan: {}", e.what()));
+  }
+  plan.lower_bound_s = field_or<double>(j, "lower_bound_s", "plan", 0.0);
+  plan.network_bytes = field_or<int64_t>(j, "network_bytes", "plan", 0);
+  return plan;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,76 @@
+#include "meshcast/plan/plan.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <utility>
+
+#include "meshcast/error.h"
+#include "meshcast/layout/layout.h"
+
+namespace meshcast {
+namespace {
+
+template <typename Enum, size_t N>
+using Names = std::array<std::pair<Enum, std::string_view>, N>;
+
+constexpr Names<OpKind, 4> kOpKinds{{{OpKind::send, "send"},
+                                     {OpKind::broadcast, "broadcast"},
+                                     {OpKind::allgather, "allgather"},
+                                     {OpKind::copy, "copy"}}};
+constexpr Names<Strategy, 3> kStrategies{{{Strategy::send_recv, "send_recv"},
+                                          {Strategy::allgather, "allgather"},
+                                          {Strategy::broadcast, "broadcast"}}};
+constexpr Names<Balance, 3> kBalances{
+    {{Balance::none, "none"}, {Balance::size, "size"}, {Balance::order, "order"}}};
+
+template <typename Enum, size_t N>
+std::string_view name_of(const Names<Enum, N>& names, Enum value) {
+  for (const auto& [v, name] : names)
+    if (v == value) return name;
+  throw InvalidArgument(fmt::format("unknown enum value {}", static_cast<int>(value)));
+}
+
+template <typename Enum, size_t N>
+Enum parse_name(const Names<Enum, N>& names, std::string_view text, std::string_view what) {
+  std::string accepted;
+  for (const auto& [v, name] : names) {
+    if (name == text) return v;
+    accepted += accepted.empty() ? "" : ", ";
+    accepted += name;
+  }
+  throw InvalidArgument(fmt::format("bad {} '{}': expected one of {}", what, text, accepted));
+}
+
+}  // namespace
+
+std::string_view to_string(OpKind kind) {
+  return name_of(kOpKinds, kind);
+}
+std::string_view to_string(Strategy strategy) {
+  return name_of(kStrategies, strategy);
+}
+std::string_view to_string(Balance balance) {
+  return name_of(kBalances, balance);
+}
+OpKind parse_op_kind(std::string_view text) {
+  return parse_name(kOpKinds, text, "op kind");
+}
+Strategy parse_strategy(std::string_view text) {
+  return parse_name(kStrategies, text, "strategy");
+}
+Balance parse_balance(std::string_view text) {
+  return parse_name(kBalances, text, "balance");
+}
+
+Box allgather_part(const Box& slice, int parts, int index) {
+  int longest = 0;
+  for (int d = 1; d < slice.rank(); ++d)
+    if (slice.dims[d].size() > slice.dims[longest].size()) longest = d;
+  Box part = slice;
+  const Interval local = chunk_part(slice.dims[longest].size(), parts, index);
+  part.dims[longest] = {slice.dims[longest].lo + local.lo, slice.dims[longest].lo + local.hi};
+  return part;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,103 @@
+#include "meshcast/tasks/unit_task.h"
+
+#include <fmt/format.h>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+// A non-empty overlap of source part `src` and destination part `dst` along one dimension.
+struct PartOverlap {
+  int64_t src;
+  int64_t dst;
+  Interval range;
+};
+
+// Merges the two torch.chunk partitions of [0, length): O(src_parts + dst_parts).
+std::vector<PartOverlap> overlaps_along(int64_t length, int64_t src_parts, int64_t dst_parts) {
+  std::vector<PartOverlap> out;
+  int64_t s = 0;
+  int64_t d = 0;
+  while (s < src_parts && d < dst_parts) {
+    const Interval a = chunk_part(length, src_parts, s);
+    const Interval b = chunk_part(length, dst_parts, d);
+    if (a.empty()) {
+      ++s;
+      continue;
+    }
+    if (b.empty()) {
+      ++d;
+      continue;
+    }
+    const Interval both = intersect(a, b);
+    if (!both.empty()) out.push_back({s, d, both});
+    if (a.hi <= b.hi) ++s;
+    if (b.hi <= a.hi) ++d;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Resharding::validate() const {
+  tensor.validate();
+  cluster.validate();
+  for (const auto* side : {&src, &dst}) {
+    const char* name = side == &src ? "source" : "destination";
+    if (side->mesh.size() == 0) throw InvalidArgument(fmt::format("{} mesh is empty", name));
+    try {
+      side->validate(tensor);
+      side->mesh.check_fits(cluster);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", name, e.what()));
+    }
+  }
+}
+
+std::vector<UnitTask> decompose(const Resharding& problem) {
+  problem.validate();
+  const int rank = problem.tensor.rank();
+  const auto src_tiles = distinct_tiles(problem.tensor, problem.src);
+  const auto dst_tiles = distinct_tiles(problem.tensor, problem.dst);
+
+  std::vector<std::vector<PartOverlap>> per_dim(rank);
+  std::vector<int64_t> src_radix(rank), dst_radix(rank);
+  int64_t count = 1;
+  for (int d = 0; d < rank; ++d) {
+    src_radix[d] = problem.src.parts_of(d);
+    dst_radix[d] = problem.dst.parts_of(d);
+    per_dim[d] = overlaps_along(problem.tensor.shape[d], src_radix[d], dst_radix[d]);
+    count *= static_cast<int64_t>(per_dim[d].size());
+  }
+
+  std::vector<UnitTask> tasks;
+  tasks.reserve(count);
+  const int elem = dtype_size(problem.tensor.dtype);
+  // Odometer over the per-dimension overlaps, last dimension fastest: every combination is a
+  // non-empty slice, so the loop does work only for tasks it emits.
+  std::vector<size_t> pick(rank, 0);
+  for (int64_t n = 0; n < count; ++n) {
+    UnitTask task;
+    task.slice.dims.resize(rank);
+    int64_t src_tile = 0;
+    int64_t dst_tile = 0;
+    for (int d = 0; d < rank; ++d) {
+      const PartOverlap& o = per_dim[d][pick[d]];
+      task.slice.dims[d] = o.range;
+      src_tile = src_tile * src_radix[d] + o.src;
+      dst_tile = dst_tile * dst_radix[d] + o.dst;
+    }
+    task.bytes = task.slice.volume() * elem;
+    task.senders = src_tiles[src_tile].replicas;
+    task.receivers = dst_tiles[dst_tile].replicas;
+    tasks.push_back(std::move(task));
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++pick[d] < per_dim[d].size()) break;
+      pick[d] = 0;
+    }
+  }
+  return tasks;
+}
+
+}  // namespace meshcast

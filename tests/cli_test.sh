@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# End-to-end checks of the meshcast command: documents, exit codes and error messages.
+# Usage: cli_test.sh path/to/meshcast
+set -u
+MESHCAST=$1
+failures=0
+passes=0
+
+check() {  # check NAME EXPECTED_EXIT PATTERN -- command args...
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL $name: exit $rc, expected $want"; echo "$out" | head -20; failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -20; failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+LAYOUT=(--shape 1024,1024,512 --dtype int32 --src-mesh 2x4 --src-spec RS0R --dst-mesh 2x4 --dst-spec RRS0)
+check tasks-text 0 "unit tasks: 4" -- "$MESHCAST" tasks "${LAYOUT[@]}"
+check tasks-json 0 '"meshcast_version"' -- "$MESHCAST" tasks "${LAYOUT[@]}" --json
+check tasks-json-devices 0 '"devices":\[8,9,10,11,12,13,14,15\]' -- "$MESHCAST" tasks "${LAYOUT[@]}" --json
+check tasks-host-offset 0 '"devices":\[4,5,6,7,8,9,10,11\]' -- "$MESHCAST" tasks "${LAYOUT[@]}" --dst-host-offset 1 --json
+check tasks-explicit 0 'unit tasks: 2' -- "$MESHCAST" tasks --shape 8 --src-mesh 2 --src-spec S0 --dst-mesh 2 --dst-spec R --src-devices 0,1 --dst-devices 3,2
+check bad-spec 2 "bad sharding spec 'S0Q'" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S0Q --dst-spec RR
+check axis-twice 2 "mesh axis 0 is used twice" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S0S0 --dst-spec RR
+check axis-range 2 "uses mesh axis 1, but the mesh has 1 axes" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S1R --dst-spec RR
+check rank-mismatch 2 "has 3 entries, but the tensor has 2" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S0RR --dst-spec RR
+check zero-size 2 "size 0 must be positive" -- "$MESHCAST" tasks --shape 4,0 --src-mesh 2 --src-spec S0R --dst-spec RR
+check negative-size 2 "bad shape '4,-1'" -- "$MESHCAST" tasks --shape 4,-1 --src-mesh 2 --src-spec S0R --dst-spec RR
+check zero-mesh 2 "bad mesh shape '2x0'" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2x0 --src-spec S0R --dst-spec RR
+check device-count 2 "needs 2 devices, the device list has 3" -- "$MESHCAST" tasks --shape 4 --src-mesh 2 --src-spec S0 --dst-spec R --src-devices 0,1,2
+check device-repeat 2 "device 1 appears twice" -- "$MESHCAST" tasks --shape 4 --src-mesh 2 --src-spec S0 --dst-spec R --dst-devices 1,1
+check not-fit 2 "uses device 9, but the cluster has 2 hosts" -- "$MESHCAST" tasks --shape 4 --src-mesh 2 --src-spec S0 --dst-spec R --dst-devices 9,1 --devices-per-host 4 --hosts 2
+check mesh-wider-than-host 2 "puts 4 devices on each host, but hosts have 2" -- "$MESHCAST" tasks --shape 4 --src-mesh 4 --src-spec S0 --dst-spec R --devices-per-host 2
+check bad-dtype 2 "bad dtype 'int33'" -- "$MESHCAST" tasks --shape 4 --dtype int33 --src-mesh 2 --src-spec S0 --dst-spec R
+check missing-option 2 "missing --dst-spec" -- "$MESHCAST" tasks --shape 4 --src-mesh 2 --src-spec S0
+check paper-case 0 "unit tasks: 64" -- "$MESHCAST" tasks --paper-case 4
+check bad-paper-case 2 "bad --paper-case 9: expected 1..8" -- "$MESHCAST" tasks --paper-case 9
+check unknown-verb 2 "" -- "$MESHCAST" teleport
+check help 0 "Usage" -- "$MESHCAST" --help
+check version 0 "[0-9]+\.[0-9]+\.[0-9]+" -- "$MESHCAST" --version
+
+echo "$passes passed, $failures failed"
+[[ $failures -eq 0 ]]

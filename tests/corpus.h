@@ -1,0 +1,92 @@
+// The property-test corpus: random reshardings from fixed seeds, shared by every layer's tests.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "meshcast/tasks/unit_task.h"
+
+namespace meshcast::testing {
+
+struct CorpusOptions {
+  int max_mesh_rank = 3;
+  int max_tensor_rank = 4;
+  int64_t max_dim = 13;  // tensor dims are drawn from 1..max_dim (uneven on purpose)
+  int max_axis = 4;      // mesh axes are drawn from 1..max_axis
+};
+
+// A random spec for a tensor of `tensor_rank` dims over a mesh of `mesh_rank` axes: each axis
+// shards one random dim or none; a dim sharded by several axes takes them in random order.
+inline ShardingSpec random_spec(std::mt19937& rng, int tensor_rank, int mesh_rank) {
+  std::vector<ShardingSpec::DimAxes> dims(tensor_rank);
+  std::vector<int> axes(mesh_rank);
+  std::iota(axes.begin(), axes.end(), 0);
+  std::shuffle(axes.begin(), axes.end(), rng);
+  for (int a : axes) {
+    const int dim = static_cast<int>(rng() % (tensor_rank + 1));
+    if (dim < tensor_rank) dims[dim].push_back(a);
+  }
+  return ShardingSpec(std::move(dims));
+}
+
+inline std::vector<int64_t> random_mesh_shape(std::mt19937& rng, const CorpusOptions& o) {
+  std::vector<int64_t> shape(1 + rng() % o.max_mesh_rank);
+  for (auto& s : shape) s = 1 + rng() % o.max_axis;
+  return shape;
+}
+
+// One random resharding: disjoint hosts, shared hosts, shared devices or shuffled explicit lists.
+inline Resharding random_resharding(std::mt19937& rng, const CorpusOptions& o = {}) {
+  Resharding p;
+  p.tensor.shape.resize(1 + rng() % o.max_tensor_rank);
+  for (auto& d : p.tensor.shape) d = 1 + static_cast<int64_t>(rng() % o.max_dim);
+  p.tensor.dtype = (rng() % 2) ? DType::int32 : DType::float64;
+  const auto src_shape = random_mesh_shape(rng, o);
+  const auto dst_shape = random_mesh_shape(rng, o);
+  const int per_host = static_cast<int>(std::max(src_shape.back(), dst_shape.back()));
+  Mesh src = Mesh::placed(src_shape, 0, per_host);
+  const int src_hosts = static_cast<int>(src.host_span());
+  const int placement = static_cast<int>(rng() % 4);
+  int dst_first = src_hosts;                      // 0: disjoint hosts
+  if (placement == 1) dst_first = 0;              // 1: same first host (shared devices)
+  if (placement == 2) dst_first = src_hosts / 2;  // 2: partly overlapping hosts
+  Mesh dst = Mesh::placed(dst_shape, dst_first, per_host);
+  const int hosts = std::max(src_hosts, dst_first + static_cast<int>(dst.host_span()));
+  if (placement == 3) {  // 3: explicit shuffled device lists over the whole cluster
+    std::vector<DeviceId> all(hosts * per_host);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    src = Mesh(src_shape, {all.begin(), all.begin() + src.size()});
+    std::shuffle(all.begin(), all.end(), rng);
+    dst = Mesh(dst_shape, {all.begin(), all.begin() + dst.size()});
+  }
+  p.cluster.hosts = hosts;
+  p.cluster.devices_per_host = per_host;
+  p.src = Layout{src, random_spec(rng, p.tensor.rank(), src.rank())};
+  p.dst = Layout{dst, random_spec(rng, p.tensor.rank(), dst.rank())};
+  return p;
+}
+
+inline std::vector<Resharding> property_corpus(unsigned seed, int count,
+                                               const CorpusOptions& o = {}) {
+  std::mt19937 rng(seed);
+  std::vector<Resharding> corpus;
+  corpus.reserve(count);
+  for (int i = 0; i < count; ++i) corpus.push_back(random_resharding(rng, o));
+  return corpus;
+}
+
+inline std::string describe(const Resharding& p) {
+  return fmt::format("shape {} src mesh {} {} devices {} dst mesh {} {} devices {} G={}",
+                     fmt::join(p.tensor.shape, "x"), fmt::join(p.src.mesh.shape(), "x"),
+                     p.src.spec.to_string(), fmt::join(p.src.mesh.devices(), ","),
+                     fmt::join(p.dst.mesh.shape(), "x"), p.dst.spec.to_string(),
+                     fmt::join(p.dst.mesh.devices(), ","), p.cluster.devices_per_host);
+}
+
+}  // namespace meshcast::testing

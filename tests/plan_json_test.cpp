@@ -1,0 +1,80 @@
+#include "meshcast/plan/json.h"
+
+#include <gtest/gtest.h>
+
+#include "meshcast/error.h"
+#include "meshcast/tasks/paper_cases.h"
+
+namespace meshcast {
+namespace {
+
+Plan sample_plan() {
+  Plan plan;
+  plan.problem = paper_cases()[6].problem;
+  plan.strategy = Strategy::broadcast;
+  plan.balance = Balance::order;
+  plan.ops.push_back(Op{.id = 0,
+                        .kind = OpKind::broadcast,
+                        .task = 0,
+                        .slice = Box{{{0, 1024}, {0, 256}, {0, 512}}},
+                        .bytes = 1024 * 256 * 512 * 4,
+                        .sender = 0,
+                        .receivers = {4, 5, 6, 7, 8, 9, 10, 11},
+                        .chunk_bytes = 1 << 20});
+  plan.ops.push_back(Op{.id = 1,
+                        .kind = OpKind::allgather,
+                        .task = 1,
+                        .slice = Box{{{0, 1024}, {256, 512}, {0, 512}}},
+                        .bytes = 1024 * 256 * 512 * 4,
+                        .sender = std::nullopt,
+                        .receivers = {4, 5, 6, 7},
+                        .chunk_bytes = 0});
+  plan.lower_bound_s = 0.5;
+  plan.network_bytes = 12345;
+  return plan;
+}
+
+TEST(PlanJsonTest, RoundTrips) {
+  const Plan plan = sample_plan();
+  const auto j = plan_to_json(plan);
+  EXPECT_TRUE(j.contains("meshcast_version"));
+  EXPECT_TRUE(j["ops"][1]["sender"].is_null());
+  EXPECT_EQ(j["src"]["spec"], "S1RR");
+  EXPECT_EQ(j["cluster"]["devices_per_host"], 4);
+  EXPECT_EQ(plan_from_json(nlohmann::json::parse(j.dump())), plan);
+}
+
+TEST(PlanJsonTest, NamesTheBadKey) {
+  auto j = plan_to_json(sample_plan());
+  j["ops"][0]["kind"] = "teleport";
+  try {
+    plan_from_json(j);
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("teleport"), std::string::npos) << e.what();
+  }
+  j = plan_to_json(sample_plan());
+  j["ops"][0].erase("slice");
+  try {
+    plan_from_json(j);
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("ops[0]: missing key 'slice'"), std::string::npos)
+        << e.what();
+  }
+  j = plan_to_json(sample_plan());
+  j["dst"]["devices"][0] = 99;
+  EXPECT_THROW(plan_from_json(j), ParseError);
+}
+
+TEST(AllgatherPartTest, SplitsLongestDimensionLikeTorchChunk) {
+  const Box b{{{0, 4}, {10, 20}, {0, 3}}};
+  EXPECT_EQ(allgather_part(b, 4, 0), (Box{{{0, 4}, {10, 13}, {0, 3}}}));
+  EXPECT_EQ(allgather_part(b, 4, 3), (Box{{{0, 4}, {19, 20}, {0, 3}}}));
+  int64_t total = 0;
+  for (int i = 0; i < 4; ++i) total += allgather_part(b, 4, i).volume();
+  EXPECT_EQ(total, b.volume());
+}
+
+}  // namespace
+}  // namespace meshcast

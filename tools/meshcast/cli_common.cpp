@@ -1,0 +1,117 @@
+#include "cli_common.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshcast/error.h"
+#include "meshcast/tasks/paper_cases.h"
+
+namespace meshcast::cli {
+
+void add_layout_options(CLI::App& verb, LayoutOptions& o) {
+  verb.add_option("--paper-case", o.paper_case,
+                  "Use case 1..8 of the paper's suite (PAPER.md) instead of the layout options");
+  verb.add_option("--scale", o.scale, "Divide the paper case's first dimension by this")
+      ->capture_default_str();
+  verb.add_option("--shape", o.shape, "Global tensor shape, e.g. 1024,1024,512");
+  verb.add_option("--dtype", o.dtype, "int8|uint8|int32|int64|float16|bfloat16|float32|float64")
+      ->capture_default_str();
+  verb.add_option("--src-mesh", o.src_mesh, "Source mesh shape, e.g. 2x4");
+  verb.add_option("--src-spec", o.src_spec, "Source sharding spec, e.g. S0RR");
+  verb.add_option("--dst-mesh", o.dst_mesh, "Destination mesh shape (default: the source's)");
+  verb.add_option("--dst-spec", o.dst_spec, "Destination sharding spec, e.g. RRS0");
+  verb.add_option("--devices-per-host", o.devices_per_host,
+                  "Devices per host (default: the larger last mesh axis)");
+  verb.add_option("--hosts", o.hosts, "Hosts in the cluster (default: as many as the meshes need)");
+  verb.add_option("--dst-host-offset", o.dst_host_offset,
+                  "First host of the destination mesh (default: the next host after the source)");
+  verb.add_option("--src-devices", o.src_devices, "Explicit row-major source device ids");
+  verb.add_option("--dst-devices", o.dst_devices, "Explicit row-major destination device ids");
+}
+
+void add_cluster_options(CLI::App& verb, ClusterOptions& o) {
+  verb.add_option("--nic-gbps", o.nic_gbps, "Host NIC bandwidth per direction, Gbps")
+      ->capture_default_str();
+  verb.add_option("--dev-gbps", o.dev_gbps, "Device link bandwidth per direction, Gbps")
+      ->capture_default_str();
+  verb.add_option("--latency-us", o.latency_us, "Per-message latency, microseconds")
+      ->capture_default_str();
+}
+
+namespace {
+
+Mesh make_mesh(const std::vector<int64_t>& shape, const std::string& devices, int first_host,
+               int devices_per_host) {
+  if (devices.empty()) return Mesh::placed(shape, first_host, devices_per_host);
+  return Mesh(shape, parse_device_list(devices));
+}
+
+int hosts_used(const Mesh& mesh, int devices_per_host) {
+  const auto& d = mesh.devices();
+  return *std::max_element(d.begin(), d.end()) / devices_per_host + 1;
+}
+
+}  // namespace
+
+Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
+  if (o.paper_case != 0) {
+    const auto cases = paper_cases(o.scale);
+    if (o.paper_case < 1 || o.paper_case > static_cast<int>(cases.size()))
+      throw InvalidArgument(
+          fmt::format("bad --paper-case {}: expected 1..{}", o.paper_case, cases.size()));
+    Resharding p = cases[o.paper_case - 1].problem;
+    p.cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
+    p.cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
+    p.cluster.latency = c.latency_us * 1e-6;
+    return p;
+  }
+  for (const auto& [value, name] : {std::pair{&o.shape, "--shape"},
+                                    {&o.src_mesh, "--src-mesh"},
+                                    {&o.src_spec, "--src-spec"},
+                                    {&o.dst_spec, "--dst-spec"}})
+    if (value->empty())
+      throw InvalidArgument(fmt::format("missing {} (or give --paper-case 1..8)", name));
+  Resharding p;
+  p.tensor.shape = parse_shape(o.shape);
+  p.tensor.dtype = parse_dtype(o.dtype);
+  const auto src_shape = parse_mesh_shape(o.src_mesh);
+  const auto dst_shape = parse_mesh_shape(o.dst_mesh.empty() ? o.src_mesh : o.dst_mesh);
+  if (o.devices_per_host < 0)
+    throw InvalidArgument(
+        fmt::format("bad --devices-per-host {}: expected > 0", o.devices_per_host));
+  const int per_host = o.devices_per_host > 0
+                           ? o.devices_per_host
+                           : static_cast<int>(std::max(src_shape.back(), dst_shape.back()));
+  if (o.dst_host_offset && *o.dst_host_offset < 0)
+    throw InvalidArgument(
+        fmt::format("bad --dst-host-offset {}: expected >= 0", *o.dst_host_offset));
+
+  Mesh src = make_mesh(src_shape, o.src_devices, 0, per_host);
+  const int dst_first = o.dst_host_offset.value_or(hosts_used(src, per_host));
+  Mesh dst = make_mesh(dst_shape, o.dst_devices, dst_first, per_host);
+
+  p.cluster.devices_per_host = per_host;
+  if (o.hosts < 0) throw InvalidArgument(fmt::format("bad --hosts {}: expected > 0", o.hosts));
+  p.cluster.hosts =
+      o.hosts > 0 ? o.hosts : std::max(hosts_used(src, per_host), hosts_used(dst, per_host));
+  p.cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
+  p.cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
+  p.cluster.latency = c.latency_us * 1e-6;
+  p.src = Layout{std::move(src), ShardingSpec::parse(o.src_spec)};
+  p.dst = Layout{std::move(dst), ShardingSpec::parse(o.dst_spec)};
+  p.validate();
+  return p;
+}
+
+std::string human_bytes(double bytes) {
+  constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+}  // namespace meshcast::cli

@@ -1,0 +1,45 @@
+// Options shared by the meshcast verbs: the layout of a resharding and the cluster it runs on.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include "meshcast/tasks/unit_task.h"
+
+namespace meshcast::cli {
+
+struct LayoutOptions {
+  int paper_case = 0;  // 1..8 picks a case of PAPER.md instead of the options below
+  int scale = 1;       // divides the paper case's first dimension
+  std::string shape;
+  std::string dtype = "float32";
+  std::string src_mesh;
+  std::string src_spec;
+  std::string dst_mesh;  // defaults to src_mesh
+  std::string dst_spec;
+  int devices_per_host = 0;  // 0: the larger last axis of the two meshes
+  int hosts = 0;             // 0: as many as the meshes need
+  std::optional<int> dst_host_offset;
+  std::string src_devices;
+  std::string dst_devices;
+};
+
+struct ClusterOptions {
+  double nic_gbps = 10;
+  double dev_gbps = 100;
+  double latency_us = 5;
+};
+
+void add_layout_options(CLI::App& verb, LayoutOptions& options);
+void add_cluster_options(CLI::App& verb, ClusterOptions& options);
+
+// The resharding the options describe, with hosts counted from the meshes and bandwidths from
+// `cluster`. Throws InvalidArgument naming the bad option.
+Resharding make_resharding(const LayoutOptions& layout, const ClusterOptions& cluster = {});
+
+// "2.00 GiB (2147483648 B)"-style human sizes for text reports.
+std::string human_bytes(double bytes);
+
+}  // namespace meshcast::cli

@@ -1,0 +1,30 @@
+// The meshcast command: plan, simulate and run cross-mesh resharding; generate pipeline schedules.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "meshcast/error.h"
+#include "meshcast/version.h"
+#include "verbs.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshcast: cross-mesh resharding and pipeline schedules for model parallelism"};
+  app.set_version_flag("--version", meshcast::kVersion);
+  app.require_subcommand(1);
+  meshcast::cli::add_tasks_verb(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const meshcast::Error& e) {
+    fmt::print(stderr, "meshcast: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshcast: internal error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
