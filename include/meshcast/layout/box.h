@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "meshcast/layout/inline_vector.h"
+
 namespace meshcast {
 
 // Half-open index range [lo, hi) along one dimension.
@@ -20,8 +22,11 @@ struct Interval {
 
 Interval intersect(Interval a, Interval b);
 
+// Tensors have at most this many dimensions.
+inline constexpr int kMaxRank = 8;
+
 struct Box {
-  std::vector<Interval> dims;
+  InlineVector<Interval, kMaxRank> dims;
 
   int rank() const { return static_cast<int>(dims.size()); }
   int64_t volume() const;

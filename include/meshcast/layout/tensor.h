@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "meshcast/layout/box.h"
+
 namespace meshcast {
 
 enum class DType { int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
@@ -28,8 +30,6 @@ struct TensorSpec {
 
   bool operator==(const TensorSpec&) const = default;
 };
-
-inline constexpr int kMaxRank = 8;
 
 // Parses "1024,1024,512" (also accepts 'x' separators). Throws InvalidArgument on bad or
 // non-positive sizes.
