@@ -1,0 +1,296 @@
+#include "balance.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+
+#include "timeline.h"
+
+namespace meshcast::detail {
+namespace {
+
+// Part i of a transfer split into `senders.size()` parts, each sent by its own device.
+std::vector<Op> split_ops(const Transfer& transfer, int task, const std::vector<DeviceId>& senders,
+                          const Resharding& problem, int64_t chunk_bytes) {
+  std::vector<Op> ops;
+  const int parts = static_cast<int>(senders.size());
+  for (int i = 0; i < parts; ++i)
+    ops.push_back(transfer_op(transfer, allgather_part(transfer.slice, parts, i), task, senders[i],
+                              problem, chunk_bytes));
+  return ops;
+}
+
+int holder_hosts(const Transfer& transfer, const Cluster& cluster) {
+  return static_cast<int>(hosts_of(transfer.candidates, cluster).size());
+}
+
+void append_then(std::vector<Op>& ops, const Job& job) {
+  ops.insert(ops.end(), job.then.begin(), job.then.end());
+}
+
+// ---- size ----------------------------------------------------------------------------------
+
+// Bytes each host NIC and each device have sent so far.
+struct Loads {
+  std::vector<int64_t> host;
+  std::vector<int64_t> device;
+};
+
+bool leaves_host(const Transfer& transfer, int host, const Cluster& cluster) {
+  return std::any_of(transfer.receivers.begin(), transfer.receivers.end(),
+                     [&](DeviceId r) { return cluster.host_of(r) != host; });
+}
+
+// The holder on the least-loaded host (ties: least-loaded device, then mesh order), skipping
+// `used` hosts; adds `bytes` to its loads.
+DeviceId pick_least_loaded(const Transfer& transfer, int64_t bytes, const std::vector<int>& used,
+                           Loads& loads, const Cluster& cluster) {
+  DeviceId best = -1;
+  std::pair<int64_t, int64_t> best_key;
+  for (DeviceId d : transfer.candidates) {
+    const int h = cluster.host_of(d);
+    if (std::find(used.begin(), used.end(), h) != used.end()) continue;
+    const int64_t out = leaves_host(transfer, h, cluster) ? bytes : 0;
+    const std::pair key{loads.host[h] + out, loads.device[d]};
+    if (best < 0 || key < best_key) {
+      best = d;
+      best_key = key;
+    }
+  }
+  const int h = cluster.host_of(best);
+  loads.host[h] += leaves_host(transfer, h, cluster) ? bytes : 0;
+  loads.device[best] += bytes;
+  return best;
+}
+
+int64_t max_load(const Loads& loads) {
+  return *std::max_element(loads.host.begin(), loads.host.end());
+}
+
+// ---- order ---------------------------------------------------------------------------------
+
+enum class SplitChoice : int8_t { automatic, no, yes };
+
+struct Genome {
+  std::vector<int> order;          // job indices in scheduling order
+  std::vector<SplitChoice> split;  // per job
+};
+
+struct Placed {
+  double start;
+  int seq;
+  Op op;
+};
+
+struct Decoded {
+  std::vector<Placed> placed;
+  std::vector<SplitChoice> split;  // what each job did
+  double makespan = 0;
+};
+
+class OrderPlanner {
+ public:
+  OrderPlanner(const Resharding& problem, const std::vector<Job>& jobs, const PlanOptions& options)
+      : problem_(problem), jobs_(jobs), options_(options) {}
+
+  Decoded decode(const Genome& genome) const {
+    Timeline timeline(problem_);
+    Decoded out;
+    out.split = genome.split;
+    for (int j : genome.order) {
+      const Job& job = jobs_[j];
+      bool did_split = false;
+      for (const Transfer& t : job.transfers)
+        did_split |= place_transfer(t, job.task, genome.split[j], timeline, out.placed);
+      if (genome.split[j] == SplitChoice::automatic)
+        out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
+      for (const Op& op : job.then) record(timeline, op, out.placed);
+    }
+    out.makespan = timeline.makespan();
+    return out;
+  }
+
+ private:
+  void record(Timeline& timeline, const Op& op, std::vector<Placed>& placed) const {
+    const auto slot = timeline.place(op);
+    placed.push_back({slot.start, static_cast<int>(placed.size()), op});
+  }
+
+  // The op from the holder (not on `used` hosts) that finishes soonest on `timeline`.
+  std::optional<Op> soonest(const Transfer& t, const Box& slice, int task,
+                            const std::vector<int>& used, const Timeline& timeline) const {
+    std::optional<Op> best;
+    double best_finish = 0;
+    for (DeviceId d : t.candidates) {
+      if (std::find(used.begin(), used.end(), problem_.cluster.host_of(d)) != used.end()) continue;
+      Op op = transfer_op(t, slice, task, d, problem_, options_.chunk_bytes);
+      const double finish = timeline.probe(op).finish;
+      if (!best || finish < best_finish) {
+        best = std::move(op);
+        best_finish = finish;
+      }
+    }
+    return best;
+  }
+
+  // Places one transfer whole or split; returns whether it was split.
+  bool place_transfer(const Transfer& t, int task, SplitChoice choice, Timeline& timeline,
+                      std::vector<Placed>& placed) const {
+    const int parts = options_.split && choice != SplitChoice::no
+                          ? split_parts(t, holder_hosts(t, problem_.cluster))
+                          : 1;
+    const Op whole = *soonest(t, t.slice, task, {}, timeline);
+    if (parts > 1) {
+      Timeline trial = timeline;
+      std::vector<Op> ops;
+      std::vector<int> used;
+      for (int i = 0; i < parts; ++i) {
+        Op op = *soonest(t, allgather_part(t.slice, parts, i), task, used, trial);
+        used.push_back(problem_.cluster.host_of(*op.sender));
+        trial.place(op);
+        ops.push_back(std::move(op));
+      }
+      if (choice == SplitChoice::yes || trial.makespan() < timeline.probe(whole).finish) {
+        for (const Op& op : ops) record(timeline, op, placed);
+        return true;
+      }
+    }
+    record(timeline, whole, placed);
+    return false;
+  }
+
+  const Resharding& problem_;
+  const std::vector<Job>& jobs_;
+  const PlanOptions& options_;
+};
+
+}  // namespace
+
+std::vector<Op> balance_none(const Resharding& problem, const std::vector<Job>& jobs,
+                             const PlanOptions& options) {
+  std::vector<Op> ops;
+  for (const Job& job : jobs) {
+    for (const Transfer& t : job.transfers) {
+      const int parts = options.split ? split_parts(t, holder_hosts(t, problem.cluster)) : 1;
+      std::vector<DeviceId> senders;  // the first holder of each of the first `parts` hosts
+      for (int h : hosts_of(t.candidates, problem.cluster)) {
+        if (static_cast<int>(senders.size()) == parts) break;
+        senders.push_back(*std::find_if(t.candidates.begin(), t.candidates.end(), [&](DeviceId d) {
+          return problem.cluster.host_of(d) == h;
+        }));
+      }
+      for (Op& op : split_ops(t, job.task, senders, problem, options.chunk_bytes))
+        ops.push_back(std::move(op));
+    }
+    append_then(ops, job);
+  }
+  return ops;
+}
+
+std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& jobs,
+                             const PlanOptions& options) {
+  const Cluster& cluster = problem.cluster;
+  Loads loads{std::vector<int64_t>(cluster.hosts, 0), std::vector<int64_t>(cluster.devices(), 0)};
+  std::vector<Op> ops;
+  for (const Job& job : jobs) {
+    for (const Transfer& t : job.transfers) {
+      const int parts = options.split ? split_parts(t, holder_hosts(t, cluster)) : 1;
+      Loads whole = loads;
+      std::vector<DeviceId> senders{pick_least_loaded(t, t.bytes, {}, whole, cluster)};
+      if (parts > 1) {
+        Loads split = loads;
+        std::vector<DeviceId> split_senders;
+        std::vector<int> used;
+        for (int i = 0; i < parts; ++i) {
+          const int64_t bytes =
+              allgather_part(t.slice, parts, i).volume() * dtype_size(problem.tensor.dtype);
+          split_senders.push_back(pick_least_loaded(t, bytes, used, split, cluster));
+          used.push_back(cluster.host_of(split_senders.back()));
+        }
+        if (max_load(split) < max_load(whole)) {
+          whole = split;
+          senders = split_senders;
+        }
+      }
+      loads = std::move(whole);
+      for (Op& op : split_ops(t, job.task, senders, problem, options.chunk_bytes))
+        ops.push_back(std::move(op));
+    }
+    append_then(ops, job);
+  }
+  return ops;
+}
+
+std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>& jobs,
+                              const PlanOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double, std::milli>(options.search_ms));
+  const OrderPlanner planner(problem, jobs, options);
+  const int n = static_cast<int>(jobs.size());
+
+  // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first).
+  Genome natural{std::vector<int>(n), std::vector<SplitChoice>(n, SplitChoice::automatic)};
+  std::iota(natural.order.begin(), natural.order.end(), 0);
+  Genome largest = natural;
+  std::stable_sort(largest.order.begin(), largest.order.end(),
+                   [&](int a, int b) { return jobs[a].bytes() > jobs[b].bytes(); });
+  Decoded best = planner.decode(largest);
+  Genome current{largest.order, best.split};
+  if (Decoded other = planner.decode(natural); other.makespan < best.makespan) {
+    best = std::move(other);
+    current = {natural.order, best.split};
+  }
+
+  // Bounded local search: swap or move jobs, flip split choices; accept moves that are no
+  // worse (to cross plateaus), remember the best. A fixed seed keeps runs repeatable up to the
+  // number of iterations the budget allows.
+  std::vector<int> splittable;
+  for (int j = 0; j < n; ++j)
+    for (const Transfer& t : jobs[j].transfers)
+      if (options.split && split_parts(t, holder_hosts(t, problem.cluster)) > 1) {
+        splittable.push_back(j);
+        break;
+      }
+  const int64_t max_iterations = std::max<int64_t>(100, 20LL * n * n);
+  std::mt19937 rng(20230529);
+  double current_makespan = best.makespan;
+  if (n >= 2 || !splittable.empty()) {
+    for (int64_t it = 0; it < max_iterations && Clock::now() < deadline; ++it) {
+      Genome trial = current;
+      const auto move = rng() % 3;
+      if (move == 2 && !splittable.empty()) {
+        const int j = splittable[rng() % splittable.size()];
+        trial.split[j] = trial.split[j] == SplitChoice::yes ? SplitChoice::no : SplitChoice::yes;
+      } else if (n >= 2) {
+        const int a = static_cast<int>(rng() % n);
+        const int b = static_cast<int>(rng() % n);
+        if (move == 0) {
+          std::swap(trial.order[a], trial.order[b]);
+        } else {
+          const int job = trial.order[a];
+          trial.order.erase(trial.order.begin() + a);
+          trial.order.insert(trial.order.begin() + b, job);
+        }
+      }
+      Decoded result = planner.decode(trial);
+      if (result.makespan <= current_makespan) {
+        current_makespan = result.makespan;
+        current = std::move(trial);
+        if (result.makespan < best.makespan) best = std::move(result);
+      }
+    }
+  }
+
+  std::stable_sort(best.placed.begin(), best.placed.end(), [](const Placed& a, const Placed& b) {
+    return std::pair(a.start, a.seq) < std::pair(b.start, b.seq);
+  });
+  std::vector<Op> ops;
+  ops.reserve(best.placed.size());
+  for (Placed& p : best.placed) ops.push_back(std::move(p.op));
+  return ops;
+}
+
+}  // namespace meshcast::detail

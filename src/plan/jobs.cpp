@@ -1,0 +1,141 @@
+#include "jobs.h"
+
+#include <algorithm>
+#include <map>
+
+#include "timeline.h"
+
+namespace meshcast::detail {
+namespace {
+
+bool holds(const std::vector<DeviceId>& devices, DeviceId d) {
+  return std::find(devices.begin(), devices.end(), d) != devices.end();
+}
+
+int64_t bytes_of(const Box& box, const Resharding& problem) {
+  return box.volume() * dtype_size(problem.tensor.dtype);
+}
+
+// Alpa's local allgather for the receivers of one host: part i of the slice to device i, then
+// an allgather among them. It applies when at least two devices share the host and every part
+// has an element; otherwise each device gets the whole slice by a send.
+void add_host_group(Job& job, const UnitTask& task, const std::vector<DeviceId>& group,
+                    const Resharding& problem) {
+  const int k = static_cast<int>(group.size());
+  const bool applies = k >= 2 && !allgather_part(task.slice, k, k - 1).empty();
+  if (!applies) {
+    for (DeviceId r : group)
+      job.transfers.push_back({task.slice, task.bytes, {r}, task.senders, /*splittable=*/true});
+    return;
+  }
+  for (int i = 0; i < k; ++i) {
+    const Box part = allgather_part(task.slice, k, i);
+    job.transfers.push_back(
+        {part, bytes_of(part, problem), {group[i]}, task.senders, /*splittable=*/false});
+  }
+  job.then.push_back(Op{.kind = OpKind::allgather,
+                        .task = job.task,
+                        .slice = task.slice,
+                        .bytes = task.bytes,
+                        .sender = std::nullopt,
+                        .receivers = group});
+}
+
+}  // namespace
+
+int64_t Job::bytes() const {
+  int64_t total = 0;
+  for (const auto& t : transfers) total += t.bytes;
+  return total;
+}
+
+std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& cluster) {
+  std::vector<int> hosts;
+  for (DeviceId d : devices) {
+    const int h = cluster.host_of(d);
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  return hosts;
+}
+
+std::vector<Job> make_jobs(const Resharding& problem, const std::vector<UnitTask>& tasks,
+                           Strategy strategy) {
+  std::vector<Job> jobs;
+  jobs.reserve(tasks.size());
+  for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {
+    const UnitTask& task = tasks[i];
+    Job job{.task = i};
+    std::vector<DeviceId> others;  // receivers that do not hold the slice yet
+    for (DeviceId r : task.receivers) {
+      if (holds(task.senders, r))
+        job.then.push_back(Op{.kind = OpKind::copy,
+                              .task = i,
+                              .slice = task.slice,
+                              .bytes = task.bytes,
+                              .sender = r,
+                              .receivers = {r}});
+      else
+        others.push_back(r);
+    }
+    std::sort(others.begin(), others.end());
+    switch (strategy) {
+      case Strategy::send_recv:
+        for (DeviceId r : others)
+          job.transfers.push_back({task.slice, task.bytes, {r}, task.senders, true});
+        break;
+      case Strategy::broadcast:
+        if (!others.empty())
+          job.transfers.push_back({task.slice, task.bytes, others, task.senders, true});
+        break;
+      case Strategy::allgather: {
+        std::map<int, std::vector<DeviceId>> by_host;
+        for (DeviceId r : others) by_host[problem.cluster.host_of(r)].push_back(r);
+        for (const auto& [host, group] : by_host) add_host_group(job, task, group, problem);
+        break;
+      }
+    }
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+Op transfer_op(const Transfer& transfer, const Box& slice, int task, DeviceId sender,
+               const Resharding& problem, int64_t chunk_bytes) {
+  const Cluster& cluster = problem.cluster;
+  const int home = cluster.host_of(sender);
+  std::vector<DeviceId> chain = transfer.receivers;
+  // The sender's host first, then the other hosts in id order, each host's devices together.
+  std::stable_sort(chain.begin(), chain.end(), [&](DeviceId a, DeviceId b) {
+    const int ha = cluster.host_of(a);
+    const int hb = cluster.host_of(b);
+    return std::pair(ha != home, ha) < std::pair(hb != home, hb);
+  });
+  Op op{.kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast,
+        .task = task,
+        .slice = slice,
+        .bytes = bytes_of(slice, problem),
+        .sender = sender,
+        .receivers = std::move(chain)};
+  if (op.kind == OpKind::broadcast) {
+    double rate = cluster.device_bandwidth_of(sender);
+    DeviceId prev = sender;
+    for (DeviceId r : op.receivers) {
+      rate = std::min(rate, hop_rate(cluster, prev, r));
+      prev = r;
+    }
+    op.chunk_bytes = chunk_bytes > 0
+                         ? std::min(chunk_bytes, op.bytes)
+                         : best_chunk_bytes(op.bytes, static_cast<int>(op.receivers.size()), rate,
+                                            cluster.latency, dtype_size(problem.tensor.dtype));
+  }
+  return op;
+}
+
+int split_parts(const Transfer& transfer, int holder_hosts) {
+  if (!transfer.splittable) return 1;
+  int parts = holder_hosts;
+  while (parts > 1 && allgather_part(transfer.slice, parts, parts - 1).empty()) --parts;
+  return parts;
+}
+
+}  // namespace meshcast::detail

@@ -1,0 +1,48 @@
+// Internal to the plan layer: the strategies turn unit tasks into jobs whose senders the balance
+// modes then choose.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "meshcast/plan/plan.h"
+
+namespace meshcast::detail {
+
+// One slice that one sender (chosen among `candidates`) delivers to `receivers` by a send (one
+// receiver) or a chained broadcast.
+struct Transfer {
+  Box slice;
+  int64_t bytes = 0;
+  std::vector<DeviceId> receivers;   // ascending device ids
+  std::vector<DeviceId> candidates;  // devices holding the slice, in mesh order
+  bool splittable = false;           // may be cut into parts sent by different hosts
+};
+
+// The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
+// then fixed ops (copies, an allgather) that follow them.
+struct Job {
+  int task = 0;
+  std::vector<Transfer> transfers = {};
+  std::vector<Op> then = {};
+  int64_t bytes() const;
+};
+
+// The jobs of `strategy` for each task, in task order.
+std::vector<Job> make_jobs(const Resharding& problem, const std::vector<UnitTask>& tasks,
+                           Strategy strategy);
+
+// The op that moves `slice` (the whole transfer or one part of it) from `sender`: a send for one
+// receiver, else a broadcast chained host by host (the sender's host first, each host's devices
+// consecutive) with `chunk_bytes` (0 = chosen from the cost model).
+Op transfer_op(const Transfer& transfer, const Box& slice, int task, DeviceId sender,
+               const Resharding& problem, int64_t chunk_bytes);
+
+// Parts a split of `transfer` is cut into: one per host holding it, fewer when its longest
+// dimension is too short to give every part an element. 1 means it cannot be split.
+int split_parts(const Transfer& transfer, int holder_hosts);
+
+// Distinct hosts of `devices`, in first-seen order.
+std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& cluster);
+
+}  // namespace meshcast::detail

@@ -1,0 +1,46 @@
+#include "meshcast/plan/lower_bound.h"
+
+#include <algorithm>
+#include <set>
+
+namespace meshcast {
+
+double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks) {
+  const Cluster& cluster = problem.cluster;
+  std::vector<double> in(cluster.hosts, 0);    // in(h) of DESIGN.md, bytes
+  std::vector<double> only(cluster.hosts, 0);  // only(h)
+  std::vector<double> dev_in(cluster.devices(), 0);
+  std::vector<bool> pooled_sender(cluster.hosts, false);  // hosts of ∪ HS(t) over t in N
+  double pooled_bytes = 0;
+  for (const UnitTask& t : tasks) {
+    const auto b = static_cast<double>(t.bytes);
+    std::set<int> hs;
+    std::set<int> hr;
+    for (DeviceId d : t.senders) hs.insert(cluster.host_of(d));
+    for (DeviceId d : t.receivers) hr.insert(cluster.host_of(d));
+    for (int h : hr)
+      if (!hs.contains(h)) in[h] += b;
+    const bool receivers_outside_senders =
+        !std::includes(hs.begin(), hs.end(), hr.begin(), hr.end());
+    if (hs.size() == 1 && !(hr.size() == 1 && hr.contains(*hs.begin()))) only[*hs.begin()] += b;
+    if (receivers_outside_senders) {
+      pooled_bytes += b;
+      for (int h : hs) pooled_sender[h] = true;
+    }
+    for (DeviceId d : t.receivers)
+      if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) dev_in[d] += b;
+  }
+  double bound = 0;
+  double pooled_bandwidth = 0;
+  for (int h = 0; h < cluster.hosts; ++h) {
+    const double nic = cluster.nic_bandwidth_of(h);
+    bound = std::max({bound, in[h] / nic, only[h] / nic});
+    if (pooled_sender[h]) pooled_bandwidth += nic;
+  }
+  if (pooled_bytes > 0) bound = std::max(bound, pooled_bytes / pooled_bandwidth);
+  for (DeviceId d = 0; d < cluster.devices(); ++d)
+    bound = std::max(bound, dev_in[d] / cluster.device_bandwidth_of(d));
+  return bound;
+}
+
+}  // namespace meshcast

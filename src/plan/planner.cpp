@@ -1,0 +1,49 @@
+#include "meshcast/plan/planner.h"
+
+#include <fmt/format.h>
+
+#include "balance.h"
+#include "jobs.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/estimate.h"
+#include "meshcast/plan/lower_bound.h"
+
+namespace meshcast {
+
+Balance effective_balance(const PlanOptions& options) {
+  if (options.balance) return *options.balance;
+  return options.strategy == Strategy::broadcast ? Balance::order : Balance::size;
+}
+
+Plan make_plan(const Resharding& problem, const PlanOptions& options) {
+  problem.validate();
+  if (options.chunk_bytes < 0)
+    throw InvalidArgument(
+        fmt::format("bad chunk bytes {}: expected >= 0 (0 = automatic)", options.chunk_bytes));
+  if (!(options.search_ms >= 0))
+    throw InvalidArgument(fmt::format("bad search budget {} ms: expected >= 0", options.search_ms));
+  const auto tasks = decompose(problem);
+  const auto jobs = detail::make_jobs(problem, tasks, options.strategy);
+
+  Plan plan;
+  plan.problem = problem;
+  plan.strategy = options.strategy;
+  plan.balance = effective_balance(options);
+  switch (plan.balance) {
+    case Balance::none:
+      plan.ops = detail::balance_none(problem, jobs, options);
+      break;
+    case Balance::size:
+      plan.ops = detail::balance_size(problem, jobs, options);
+      break;
+    case Balance::order:
+      plan.ops = detail::balance_order(problem, jobs, options);
+      break;
+  }
+  for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
+  plan.lower_bound_s = lower_bound(problem, tasks);
+  for (const HostTraffic& h : host_traffic(plan)) plan.network_bytes += h.out_bytes;
+  return plan;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,96 @@
+#include "timeline.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace meshcast::detail {
+
+double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to) {
+  double rate = std::min(cluster.device_bandwidth_of(from), cluster.device_bandwidth_of(to));
+  const int a = cluster.host_of(from);
+  const int b = cluster.host_of(to);
+  if (a != b) rate = std::min({rate, cluster.nic_bandwidth_of(a), cluster.nic_bandwidth_of(b)});
+  return rate;
+}
+
+int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size) {
+  constexpr int64_t kMinChunk = 64 * 1024;
+  if (hops <= 1 || bytes <= kMinChunk) return bytes;
+  // d/dc of (bytes/c + hops - 1) * (lat + c/rate) is zero at c = sqrt(bytes * lat * rate /
+  // (hops-1)).
+  const double ideal = std::sqrt(static_cast<double>(bytes) * latency * rate / (hops - 1));
+  int64_t chunk = std::clamp(static_cast<int64_t>(ideal), kMinChunk, bytes);
+  chunk -= chunk % element_size;
+  return std::max<int64_t>(chunk, element_size);
+}
+
+Timeline::Timeline(const Resharding& problem)
+    : problem_(&problem),
+      devices_(problem.cluster.devices()),
+      hosts_(problem.cluster.hosts),
+      free_at_(devices_ + 2 * hosts_, 0.0) {}
+
+Timeline::Cost Timeline::cost_of(const Op& op) const {
+  const Cluster& cluster = problem_->cluster;
+  const double lat = cluster.latency;
+  const auto bytes = static_cast<double>(op.bytes);
+  Cost cost;
+  switch (op.kind) {
+    case OpKind::copy:
+      cost.resources = {*op.sender};
+      cost.duration = lat + bytes / cluster.device_bandwidth_of(*op.sender);
+      break;
+    case OpKind::send:
+    case OpKind::broadcast: {
+      DeviceId prev = *op.sender;
+      cost.resources.push_back(prev);
+      double rate = cluster.device_bandwidth_of(prev);
+      for (DeviceId r : op.receivers) {
+        rate = std::min(rate, hop_rate(cluster, prev, r));
+        const int a = cluster.host_of(prev);
+        const int b = cluster.host_of(r);
+        if (a != b) {
+          cost.resources.push_back(nic_out(a));
+          cost.resources.push_back(nic_in(b));
+        }
+        cost.resources.push_back(r);
+        prev = r;
+      }
+      const auto hops = static_cast<double>(op.receivers.size());
+      const double chunk = op.chunk_bytes > 0 ? std::min<double>(op.chunk_bytes, bytes) : bytes;
+      const double steps = std::ceil(bytes / chunk) + hops - 1;
+      cost.duration = steps * (lat + chunk / rate);
+      break;
+    }
+    case OpKind::allgather: {
+      const int n = static_cast<int>(op.receivers.size());
+      double rate = cluster.device_bandwidth_of(op.receivers[0]);
+      for (DeviceId r : op.receivers) rate = std::min(rate, cluster.device_bandwidth_of(r));
+      const auto part = static_cast<double>(allgather_part(op.slice, n, 0).volume() *
+                                            dtype_size(problem_->tensor.dtype));
+      cost.resources = op.receivers;
+      cost.duration = (n - 1) * (lat + part / rate);
+      break;
+    }
+  }
+  return cost;
+}
+
+Timeline::Slot Timeline::probe(const Op& op) const {
+  const Cost cost = cost_of(op);
+  double start = 0;
+  for (int r : cost.resources) start = std::max(start, free_at_[r]);
+  return {start, start + cost.duration};
+}
+
+Timeline::Slot Timeline::place(const Op& op) {
+  const Cost cost = cost_of(op);
+  double start = 0;
+  for (int r : cost.resources) start = std::max(start, free_at_[r]);
+  const Slot slot{start, start + cost.duration};
+  for (int r : cost.resources) free_at_[r] = slot.finish;
+  makespan_ = std::max(makespan_, slot.finish);
+  return slot;
+}
+
+}  // namespace meshcast::detail
