@@ -6,5 +6,8 @@
 namespace meshcast::cli {
 
 void add_tasks_verb(CLI::App& app);
+#ifdef MESHCAST_CLI_WITH_MPI
+void add_calibrate_verb(CLI::App& app);
+#endif
 
 }  // namespace meshcast::cli

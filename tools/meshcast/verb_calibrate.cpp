@@ -1,0 +1,277 @@
+// `meshcast calibrate`: under mpirun, measures the NIC, intra-host and latency figures of the
+// cluster the ranks run on and writes them as a cluster JSON that the simulator reads.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/version.h"
+#include "verbs.h"
+
+namespace meshcast::cli {
+namespace {
+
+struct CalibrateOptions {
+  int64_t bytes = 16 << 20;  // per host (NIC) and per pair (intra-host), per repeat
+  int repeats = 5;
+  int pings = 200;
+  std::string output;  // cluster JSON file; empty: none
+  bool json = false;   // print the document instead of the text summary
+};
+
+// MPI_Init/MPI_Finalize around the verb, so that an exception thrown on every rank still ends MPI
+// cleanly and mpirun sees ordinary exits.
+struct MpiSession {
+  MpiSession() {
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) MPI_Init(nullptr, nullptr);
+  }
+  ~MpiSession() { MPI_Finalize(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+// Which host each rank runs on, from the hostnames MPI reports. Ranks must be host-major with the
+// same count per host, so that rank = host * G + local is the device id of DESIGN.md.
+struct Placement {
+  std::vector<std::string> host_names;  // in order of first rank
+  int per_host = 0;
+  int rank = 0;
+
+  int hosts() const { return static_cast<int>(host_names.size()); }
+  int host() const { return rank / per_host; }
+  int local() const { return rank % per_host; }
+  int rank_of(int host, int local) const { return host * per_host + local; }
+};
+
+Placement discover_placement() {
+  int rank = 0, size = 0, length = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
+
+  Placement p;
+  p.rank = rank;
+  std::vector<int> host_of_rank;
+  std::map<std::string, int> index;
+  for (int r = 0; r < size; ++r) {
+    const std::string host(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+    auto [it, inserted] = index.try_emplace(host, p.hosts());
+    if (inserted) p.host_names.push_back(host);
+    host_of_rank.push_back(it->second);
+  }
+  if (size % p.hosts() != 0)
+    throw InvalidArgument(
+        fmt::format("calibrate: {} ranks on {} hosts: expected the same number of "
+                    "ranks on every host",
+                    size, p.hosts()));
+  p.per_host = size / p.hosts();
+  for (int r = 0; r < size; ++r)
+    if (host_of_rank[r] != r / p.per_host)
+      throw InvalidArgument(fmt::format(
+          "calibrate: rank {} runs on {}, expected {} (ranks must fill hosts in order, {} per "
+          "host: mpirun's default --map-by slot with a hostfile of slots={})",
+          r, p.host_names[host_of_rank[r]], p.host_names[r / p.per_host], p.per_host, p.per_host));
+  return p;
+}
+
+// Seconds from a common start (barrier) until the last rank finished `body`.
+template <typename Body>
+double timed(Body&& body) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double start = MPI_Wtime();
+  body();
+  const double mine = MPI_Wtime() - start;
+  double slowest = 0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Each sample runs once unmeasured first: it opens the TCP connections and maps the shared memory.
+template <typename Body>
+std::vector<double> samples(int repeats, Body&& body) {
+  timed(body);
+  std::vector<double> seconds;
+  for (int i = 0; i < repeats; ++i) seconds.push_back(timed(body));
+  return seconds;
+}
+
+// Every host sends `bytes` to the next host (in a ring) and receives as much from the previous
+// one, spread over its ranks, all hosts at once: each NIC is loaded both ways, as in a resharding.
+std::vector<double> nic_samples(const Placement& p, const CalibrateOptions& o) {
+  const int64_t per_rank = (o.bytes + p.per_host - 1) / p.per_host;
+  std::vector<char> out(per_rank, 1), in(per_rank);
+  const int next = p.rank_of((p.host() + 1) % p.hosts(), p.local());
+  const int prev = p.rank_of((p.host() + p.hosts() - 1) % p.hosts(), p.local());
+  return samples(o.repeats, [&] {
+    MPI_Request requests[2];
+    MPI_Irecv(in.data(), static_cast<int>(per_rank), MPI_BYTE, prev, 0, MPI_COMM_WORLD,
+              &requests[0]);
+    MPI_Isend(out.data(), static_cast<int>(per_rank), MPI_BYTE, next, 0, MPI_COMM_WORLD,
+              &requests[1]);
+    MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+  });
+}
+
+// Local device 0 sends `bytes` to local device 1 of host 0 while the rest is idle: one device
+// link's rate.
+std::vector<double> device_samples(const Placement& p, const CalibrateOptions& o) {
+  std::vector<char> buffer(o.bytes, 1);
+  const int from = p.rank_of(0, 0), to = p.rank_of(0, 1);
+  return samples(o.repeats, [&] {
+    if (p.rank == from)
+      MPI_Send(buffer.data(), static_cast<int>(o.bytes), MPI_BYTE, to, 1, MPI_COMM_WORLD);
+    else if (p.rank == to)
+      MPI_Recv(buffer.data(), static_cast<int>(o.bytes), MPI_BYTE, from, 1, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+  });
+}
+
+// Half the round trip of a 1-byte ping-pong between local device 0 of hosts 0 and 1, averaged
+// over `pings` round trips.
+double latency_seconds(const Placement& p, const CalibrateOptions& o) {
+  const int a = p.rank_of(0, 0), b = p.rank_of(1, 0);
+  char byte = 0;
+  const auto round_trips = [&] {
+    for (int i = 0; i < o.pings; ++i) {
+      if (p.rank == a) {
+        MPI_Send(&byte, 1, MPI_BYTE, b, 2, MPI_COMM_WORLD);
+        MPI_Recv(&byte, 1, MPI_BYTE, b, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (p.rank == b) {
+        MPI_Recv(&byte, 1, MPI_BYTE, a, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(&byte, 1, MPI_BYTE, a, 2, MPI_COMM_WORLD);
+      }
+    }
+  };
+  return median(samples(o.repeats, round_trips)) / o.pings / 2;
+}
+
+void validate(const CalibrateOptions& o) {
+  if (o.bytes < 1024 || o.bytes > (int64_t{1} << 30))
+    throw InvalidArgument(fmt::format("bad --bytes {}: expected 1024..{}", o.bytes, 1 << 30));
+  if (o.repeats < 1)
+    throw InvalidArgument(fmt::format("bad --repeats {}: expected >= 1", o.repeats));
+  if (o.pings < 1) throw InvalidArgument(fmt::format("bad --pings {}: expected >= 1", o.pings));
+}
+
+// Writes next to the target and renames, so that a failure leaves no half-written file.
+void write_file(const std::string& path, const std::string& text) {
+  const std::string temporary = fmt::format("{}.tmp", path);
+  bool written = false;
+  {
+    std::ofstream out(temporary);
+    written = static_cast<bool>(out << text) && static_cast<bool>(out.flush());
+  }
+  std::error_code error;
+  if (written) std::filesystem::rename(temporary, path, error);
+  if (!written || error) {
+    std::filesystem::remove(temporary, error);
+    throw InvalidArgument(
+        fmt::format("cannot write --output '{}': expected a writable path", path));
+  }
+}
+
+std::vector<double> to_gbps(const std::vector<double>& seconds, int64_t bytes) {
+  std::vector<double> rates;
+  for (double s : seconds) rates.push_back(bytes_to_gbps(static_cast<double>(bytes) / s));
+  return rates;
+}
+
+void calibrate(const CalibrateOptions& o) {
+  validate(o);
+  MpiSession session;
+  const Placement p = discover_placement();
+  if (p.hosts() < 2)
+    throw InvalidArgument(fmt::format(
+        "calibrate: all {} ranks run on one host ({}): expected ranks on at least 2 hosts "
+        "(run it with scripts/emucluster mpirun -np H*G)",
+        p.per_host, p.host_names[0]));
+
+  Cluster cluster;
+  cluster.hosts = p.hosts();
+  cluster.devices_per_host = p.per_host;
+  const auto nic = to_gbps(nic_samples(p, o), o.bytes);
+  cluster.nic_bandwidth = gbps_to_bytes(median(nic));
+  std::vector<double> dev;
+  if (p.per_host >= 2) {
+    dev = to_gbps(device_samples(p, o), o.bytes);
+    cluster.device_bandwidth = gbps_to_bytes(median(dev));
+  }
+  cluster.latency = latency_seconds(p, o);
+  if (p.rank != 0) return;
+
+  nlohmann::json doc = {{"meshcast_version", kVersion}};
+  doc.update(cluster_to_json(cluster));
+  doc["calibration"] = {{"host_names", p.host_names},
+                        {"bytes", o.bytes},
+                        {"repeats", o.repeats},
+                        {"nic_gbps_samples", nic},
+                        {"dev_gbps_samples", dev},
+                        {"dev_measured", !dev.empty()},
+                        {"pings", o.pings}};
+  if (!o.output.empty()) write_file(o.output, doc.dump(2) + "\n");
+  if (o.json) {
+    std::cout << doc.dump() << '\n';
+    return;
+  }
+  fmt::print("calibrated {} hosts x {} ranks ({})\n", p.hosts(), p.per_host,
+             fmt::join(p.host_names, ", "));
+  fmt::print(
+      "  NIC         {:.4f} GB/s ({:.0f} Mbit/s)  median of {}, {} per host each way, all "
+      "hosts at once\n",
+      cluster.nic_bandwidth / 1e9, cluster.nic_bandwidth * 8 / 1e6, o.repeats,
+      human_bytes(static_cast<double>(o.bytes)));
+  if (dev.empty())
+    fmt::print("  intra-host  not measured (1 rank per host); kept {:.3f} GB/s\n",
+               cluster.device_bandwidth / 1e9);
+  else
+    fmt::print("  intra-host  {:.3f} GB/s  median of {}, {} from local 0 to 1 on {}\n",
+               cluster.device_bandwidth / 1e9, o.repeats, human_bytes(static_cast<double>(o.bytes)),
+               p.host_names[0]);
+  fmt::print("  latency     {:.1f} us  half round trip of a 1-byte ping-pong, {} <-> {}\n",
+             cluster.latency * 1e6, p.host_names[0], p.host_names[1]);
+  if (!o.output.empty()) fmt::print("wrote {}\n", o.output);
+}
+
+}  // namespace
+
+void add_calibrate_verb(CLI::App& app) {
+  auto options = std::make_shared<CalibrateOptions>();
+  auto* verb = app.add_subcommand(
+      "calibrate",
+      "Under mpirun (one rank per device, hosts filled in order): measure NIC, intra-host and "
+      "latency figures and write a cluster JSON for the simulator (docs/testbed.md)");
+  verb->add_option("--bytes", options->bytes, "Bytes per host (NIC) and per pair (intra-host)")
+      ->capture_default_str();
+  verb->add_option("--repeats", options->repeats, "Timed repeats; the median is kept")
+      ->capture_default_str();
+  verb->add_option("--pings", options->pings, "Round trips per latency sample")
+      ->capture_default_str();
+  verb->add_option("-o,--output", options->output, "Write the cluster JSON to this file");
+  verb->add_flag("--json", options->json, "Print the cluster JSON instead of the summary");
+  verb->callback([options] { calibrate(*options); });
+}
+
+}  // namespace meshcast::cli
