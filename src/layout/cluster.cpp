@@ -7,7 +7,20 @@
 namespace meshcast {
 
 double Cluster::nic_bandwidth_of(int host) const {
+  return nics_of(host) * single_nic_bandwidth_of(host);
+}
+
+double Cluster::single_nic_bandwidth_of(int host) const {
   return host_nic_bandwidth.empty() ? nic_bandwidth : host_nic_bandwidth[host];
+}
+
+int Cluster::nics_of(int host) const {
+  return host_nics.empty() ? nics_per_host : host_nics[host];
+}
+
+int Cluster::nic_of(DeviceId device) const {
+  return static_cast<int>(static_cast<int64_t>(local_of(device)) * nics_of(host_of(device)) /
+                          devices_per_host);
 }
 
 double Cluster::device_bandwidth_of(DeviceId) const {
@@ -25,6 +38,17 @@ void Cluster::validate() const {
         fmt::format("bad device bandwidth {} B/s: expected > 0", device_bandwidth));
   if (!(latency >= 0))
     throw InvalidArgument(fmt::format("bad latency {} s: expected >= 0", latency));
+  if (nics_per_host <= 0)
+    throw InvalidArgument(fmt::format("bad NICs per host {}: expected > 0", nics_per_host));
+  if (!host_nics.empty()) {
+    if (static_cast<int>(host_nics.size()) != hosts)
+      throw InvalidArgument(
+          fmt::format("per-host NIC counts list {} entries, expected {}", host_nics.size(), hosts));
+    for (int h = 0; h < hosts; ++h)
+      if (host_nics[h] <= 0)
+        throw InvalidArgument(
+            fmt::format("bad NIC count {} for host {}: expected > 0", host_nics[h], h));
+  }
   if (!host_nic_bandwidth.empty()) {
     if (static_cast<int>(host_nic_bandwidth.size()) != hosts)
       throw InvalidArgument(fmt::format("per-host NIC bandwidths list {} entries, expected {}",

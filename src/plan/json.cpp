@@ -50,7 +50,9 @@ json cluster_to_json(const Cluster& cluster) {
             {"devices_per_host", cluster.devices_per_host},
             {"nic_gbps", bytes_to_gbps(cluster.nic_bandwidth)},
             {"dev_gbps", bytes_to_gbps(cluster.device_bandwidth)},
-            {"latency_us", cluster.latency * 1e6}};
+            {"latency_us", cluster.latency * 1e6},
+            {"nics_per_host", cluster.nics_per_host}};
+  if (!cluster.host_nics.empty()) j["host_nics"] = cluster.host_nics;
   if (!cluster.host_nic_bandwidth.empty()) {
     json per_host = json::array();
     for (double b : cluster.host_nic_bandwidth) per_host.push_back(bytes_to_gbps(b));
@@ -68,6 +70,8 @@ Cluster cluster_from_json(const json& j, const Cluster& defaults) {
   c.device_bandwidth =
       gbps_to_bytes(field_or(j, "dev_gbps", where, bytes_to_gbps(c.device_bandwidth)));
   c.latency = field_or(j, "latency_us", where, c.latency * 1e6) / 1e6;
+  c.nics_per_host = field_or(j, "nics_per_host", where, c.nics_per_host);
+  if (j.contains("host_nics")) c.host_nics = field<std::vector<int>>(j, "host_nics", where);
   if (j.contains("host_nic_gbps")) {
     c.host_nic_bandwidth.clear();
     for (double g : field<std::vector<double>>(j, "host_nic_gbps", where))

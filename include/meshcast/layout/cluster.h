@@ -10,24 +10,36 @@ namespace meshcast {
 using DeviceId = int;
 
 // The uniform cluster of DESIGN.md. Bandwidths are bytes per second in each direction.
-// Optional per-host overrides make a cluster heterogeneous: when `host_nic_bandwidth` is
-// non-empty it has one entry per host and replaces `nic_bandwidth` for that host.
+// A host may have several NICs (e.g. 8 GPUs with 4 NICs): `nic_bandwidth` is one NIC's, and each
+// device sends and receives through one NIC of its host (nic_of). Optional per-host overrides
+// make a cluster heterogeneous: when `host_nic_bandwidth` (or `host_nics`) is non-empty it has one
+// entry per host and replaces `nic_bandwidth` (or `nics_per_host`) for that host.
 struct Cluster {
   int hosts = 1;
   int devices_per_host = 1;
-  double nic_bandwidth = 10e9 / 8;      // 10 Gbps
+  double nic_bandwidth = 10e9 / 8;      // 10 Gbps per NIC
   double device_bandwidth = 100e9 / 8;  // 100 Gbps, NVLink/PCIe class
   double latency = 5e-6;                // seconds per message
   std::vector<double> host_nic_bandwidth = {};
+  int nics_per_host = 1;
+  std::vector<int> host_nics = {};
 
   int devices() const { return hosts * devices_per_host; }
   int host_of(DeviceId device) const { return device / devices_per_host; }
   int local_of(DeviceId device) const { return device % devices_per_host; }
   DeviceId device_id(int host, int local) const { return host * devices_per_host + local; }
+  // All NICs of the host together: what the host can send (or receive) per second. With one NIC
+  // per host this is that NIC's bandwidth; the lower bound and the planner count hosts with it.
   double nic_bandwidth_of(int host) const;
+  // One NIC of the host.
+  double single_nic_bandwidth_of(int host) const;
+  int nics_of(int host) const;
+  // The NIC (0..nics_of(host)-1) a device's inter-host traffic goes through: the host's devices
+  // are spread evenly and in order over its NICs, local device l on NIC l * nics / G.
+  int nic_of(DeviceId device) const;
   double device_bandwidth_of(DeviceId device) const;
-  // Throws InvalidArgument on non-positive sizes, bandwidths, negative latency or overrides of
-  // the wrong length.
+  // Throws InvalidArgument on non-positive sizes, bandwidths, NIC counts, negative latency or
+  // overrides of the wrong length.
   void validate() const;
 
   bool operator==(const Cluster&) const = default;

@@ -7,7 +7,8 @@
 
 namespace meshcast {
 
-// {"hosts", "devices_per_host", "nic_gbps", "dev_gbps", "latency_us"[, "host_nic_gbps": [..]]}
+// {"hosts", "devices_per_host", "nic_gbps", "dev_gbps", "latency_us", "nics_per_host"
+//  [, "host_nics": [..]][, "host_nic_gbps": [..]]}; nic_gbps is per NIC.
 nlohmann::json cluster_to_json(const Cluster& cluster);
 // Missing keys keep the values of `defaults`. Throws ParseError naming the bad key.
 Cluster cluster_from_json(const nlohmann::json& j, const Cluster& defaults = {});

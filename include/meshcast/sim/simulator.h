@@ -1,0 +1,56 @@
+// Flow-level network simulator: plays a Plan on a Cluster and reports when each op ran and how
+// busy each link was (model in docs/simulator.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshcast/plan/plan.h"
+
+namespace meshcast {
+
+struct OpTiming {
+  int id = 0;  // Op::id
+  double start_s = 0;
+  double end_s = 0;
+};
+
+// One direction of a device link or of a host NIC.
+struct LinkStats {
+  std::string name;      // "dev3.out", "dev3.in", "host1.nic0.out", "host1.nic0.in"
+  double bandwidth = 0;  // bytes per second
+  double busy_s = 0;     // time with at least one flow moving data over it
+  int64_t bytes = 0;     // bytes it carried
+};
+
+// The rate a link carries from `time_s` on, until its next sample (recorded on request, for
+// traces).
+struct LinkRateSample {
+  int link = 0;  // index into SimResult::links
+  double time_s = 0;
+  double bytes_per_s = 0;
+};
+
+struct SimOptions {
+  bool record_link_rates = false;
+};
+
+struct SimResult {
+  double time_s = 0;                       // when the last op ends
+  std::vector<OpTiming> ops;               // in plan order
+  std::vector<LinkStats> links;            // every link of the cluster: devices first, then NICs
+  std::vector<LinkRateSample> link_rates;  // only with SimOptions::record_link_rates
+
+  int64_t flows = 0;   // flows that crossed at least one link
+  int64_t events = 0;  // simulation steps (times at which the set of flows changed)
+};
+
+// Plays `plan` on plan.problem.cluster, or on `cluster` (whose devices must include every device
+// the plan names). Execution semantics of DESIGN.md: each device takes part in its ops in plan
+// order and an op starts when all its participants have finished their earlier ops. Throws
+// InvalidArgument naming the op when an op is malformed or names a device outside the cluster.
+SimResult simulate(const Plan& plan);
+SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options = {});
+
+}  // namespace meshcast

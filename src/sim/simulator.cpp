@@ -1,0 +1,427 @@
+#include "meshcast/sim/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+#include "meshcast/error.h"
+#include "network.h"
+
+namespace meshcast {
+namespace {
+
+using sim::Network;
+
+// One link an op's flow crosses: `weight` times (a chain through the same link twice moves its
+// data twice) and `bytes` of real data over the whole op.
+struct Usage {
+  int link = 0;
+  double weight = 0;
+  int64_t bytes = 0;
+  int slot = -1;  // position in the link's list of active flows
+};
+
+// Everything about one op that does not change while it runs.
+struct OpModel {
+  std::vector<DeviceId> participants;  // distinct devices, each plays the op in its own order
+  std::vector<Usage> usages;           // empty: the op moves nothing over links
+  double latency_s = 0;                // paid before data moves: per hop (or ring step)
+  double work_bytes = 0;  // bytes the flow must move at its rate, pipeline fill included
+};
+
+void check_device(const Op& op, DeviceId d, const Cluster& cluster) {
+  if (d < 0 || d >= cluster.devices())
+    throw InvalidArgument(fmt::format("op {}: device {} is outside the cluster of {} devices",
+                                      op.id, d, cluster.devices()));
+}
+
+void check_shape(const Op& op) {
+  const auto fail = [&](std::string_view expected) {
+    throw InvalidArgument(fmt::format("op {} ({}): {} sender and {} receivers, expected {}", op.id,
+                                      to_string(op.kind), op.sender ? "a" : "no",
+                                      op.receivers.size(), expected));
+  };
+  if (op.bytes < 0)
+    throw InvalidArgument(fmt::format("op {}: bad byte count {}: expected >= 0", op.id, op.bytes));
+  switch (op.kind) {
+    case OpKind::send:
+      if (!op.sender || op.receivers.size() != 1) fail("a sender and one receiver");
+      break;
+    case OpKind::copy:
+      if (!op.sender || op.receivers.size() != 1) fail("a sender and one receiver");
+      if (*op.sender != op.receivers[0])
+        throw InvalidArgument(fmt::format("op {} (copy): sender {} differs from receiver {}", op.id,
+                                          *op.sender, op.receivers[0]));
+      break;
+    case OpKind::broadcast:
+      if (!op.sender || op.receivers.empty()) fail("a sender and at least one receiver");
+      break;
+    case OpKind::allgather:
+      if (op.receivers.empty()) fail("at least one receiver");
+      break;
+  }
+}
+
+// Builds the flow of one op (docs/simulator.md): a send is one hop; a broadcast a chain
+// sender -> r0 -> r1 ... moving at its slowest hop's rate plus the pipeline fill of (hops-1)
+// chunks; an allgather a ring r0 -> r1 -> ... -> r0 of n-1 steps, each moving the largest part.
+OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int element_size) {
+  check_shape(op);
+  OpModel m;
+  if (op.sender) check_device(op, *op.sender, cluster);
+  for (DeviceId r : op.receivers) check_device(op, r, cluster);
+  if (op.sender) m.participants.push_back(*op.sender);
+  m.participants.insert(m.participants.end(), op.receivers.begin(), op.receivers.end());
+  std::sort(m.participants.begin(), m.participants.end());
+  m.participants.erase(std::unique(m.participants.begin(), m.participants.end()),
+                       m.participants.end());
+
+  struct Hop {
+    DeviceId from, to;
+    int64_t bytes;
+  };
+  std::vector<Hop> hops;
+  const double bytes = static_cast<double>(op.bytes);
+  const int n = static_cast<int>(op.receivers.size());
+  switch (op.kind) {
+    case OpKind::copy:
+      m.latency_s = cluster.latency;
+      break;
+    case OpKind::send:
+      hops.push_back({*op.sender, op.receivers[0], op.bytes});
+      m.latency_s = cluster.latency;
+      m.work_bytes = bytes;
+      break;
+    case OpKind::broadcast: {
+      DeviceId from = *op.sender;
+      for (DeviceId r : op.receivers) {
+        hops.push_back({from, r, op.bytes});
+        from = r;
+      }
+      const double chunk = op.chunk_bytes > 0 ? std::min<double>(op.chunk_bytes, bytes) : bytes;
+      m.latency_s = n * cluster.latency;
+      m.work_bytes = bytes + (n - 1) * chunk;
+      break;
+    }
+    case OpKind::allgather: {
+      if (n == 1) break;
+      int64_t largest = 0;
+      for (int i = 0; i < n; ++i) {
+        // Device i forwards every part but its successor's own.
+        const int64_t next_part = allgather_part(op.slice, n, (i + 1) % n).volume() * element_size;
+        largest = std::max(largest, allgather_part(op.slice, n, i).volume() * element_size);
+        hops.push_back({op.receivers[i], op.receivers[(i + 1) % n], op.bytes - next_part});
+      }
+      m.latency_s = (n - 1) * cluster.latency;
+      m.work_bytes = static_cast<double>(n - 1) * static_cast<double>(largest);
+      break;
+    }
+  }
+  std::vector<int> route;
+  for (const Hop& hop : hops) {
+    route.clear();
+    net.append_route(hop.from, hop.to, route);
+    for (int link : route) m.usages.push_back({link, 1, hop.bytes});
+  }
+  // Merge repeated links into one usage of higher weight.
+  std::sort(m.usages.begin(), m.usages.end(),
+            [](const Usage& a, const Usage& b) { return a.link < b.link; });
+  std::vector<Usage> merged;
+  for (const Usage& u : m.usages) {
+    if (!merged.empty() && merged.back().link == u.link) {
+      merged.back().weight += u.weight;
+      merged.back().bytes += u.bytes;
+    } else {
+      merged.push_back(u);
+    }
+  }
+  m.usages = std::move(merged);
+  if (m.work_bytes <= 0) m.usages.clear();
+  return m;
+}
+
+// The event-driven player: ops start when their participants are free, flows share links
+// max-min fairly, and rates are recomputed only for the flows connected (through shared links)
+// to a flow that started or ended.
+class Engine {
+ public:
+  Engine(const Plan& plan, const Cluster& cluster, const SimOptions& options)
+      : plan_(plan), net_(cluster), options_(options) {
+    const int element_size = dtype_size(plan.problem.tensor.dtype);
+    const size_t n = plan.ops.size();
+    models_.reserve(n);
+    for (const Op& op : plan.ops) models_.push_back(model_op(op, net_, cluster, element_size));
+    state_.resize(n);
+    flow_mark_.assign(n, 0);
+    frozen_.assign(n, 0);
+    queues_.resize(cluster.devices());
+    for (size_t i = 0; i < n; ++i)
+      for (DeviceId d : models_[i].participants) queues_[d].push_back(static_cast<int>(i));
+    head_.assign(cluster.devices(), 0);
+    const int links = net_.links();
+    link_flows_.resize(links);
+    busy_since_.assign(links, 0);
+    stats_.resize(links);
+    for (int l = 0; l < links; ++l)
+      stats_[l] = LinkStats{.name = net_.name(l), .bandwidth = net_.capacity(l)};
+    link_stamp_.assign(links, 0);
+    link_mark_.assign(links, 0);
+    link_used_.assign(links, 0);
+    link_weight_.assign(links, 0);
+    link_unfrozen_.assign(links, 0);
+    last_rate_.assign(links, 0);
+  }
+
+  SimResult run() {
+    for (size_t d = 0; d < queues_.size(); ++d)
+      if (!queues_[d].empty()) arrive(queues_[d][0]);
+    drain();
+    recompute();
+    while (!events_.empty()) {
+      now_ = events_.top().time;
+      ++result_.events;
+      const double horizon = now_ + 1e-12 * now_;  // equal times up to rounding are one step
+      while (!events_.empty() && events_.top().time <= horizon) {
+        const Event e = events_.top();
+        events_.pop();
+        if (e.kind == Event::latency_done) {
+          activate(e.op);
+        } else if (state_[e.op].version == e.version && state_[e.op].active) {
+          deactivate(e.op);
+          done_.push_back(e.op);
+        }
+        drain();
+      }
+      recompute();
+    }
+    result_.time_s = 0;
+    result_.ops.reserve(plan_.ops.size());
+    for (size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!state_[i].finished)
+        throw Error(fmt::format("simulator: op {} never ran", plan_.ops[i].id));
+      result_.ops.push_back({plan_.ops[i].id, state_[i].start_s, state_[i].end_s});
+      result_.time_s = std::max(result_.time_s, state_[i].end_s);
+    }
+    result_.links = std::move(stats_);
+    return std::move(result_);
+  }
+
+ private:
+  struct OpState {
+    int arrived = 0;  // participants for which this op is the next one
+    bool active = false;
+    bool finished = false;
+    double start_s = 0, end_s = 0;
+    double remaining = 0, rate = 0, last = 0;  // bytes left, bytes/s since `last`
+    int version = 0;                           // bumps when the rate changes
+  };
+  struct Event {
+    enum Kind { latency_done, flow_done };
+    double time;
+    int op;
+    Kind kind;
+    int version;
+    bool operator>(const Event& o) const { return time > o.time; }
+  };
+
+  // One more participant is ready for op i; it starts when all are.
+  void arrive(int i) {
+    if (++state_[i].arrived < static_cast<int>(models_[i].participants.size())) return;
+    OpState& s = state_[i];
+    s.start_s = now_;
+    if (models_[i].latency_s > 0)
+      events_.push({now_ + models_[i].latency_s, i, Event::latency_done, 0});
+    else
+      activate(i);
+  }
+
+  void activate(int i) {
+    const OpModel& m = models_[i];
+    if (m.usages.empty()) {
+      done_.push_back(i);
+      return;
+    }
+    OpState& s = state_[i];
+    s.active = true;
+    s.remaining = m.work_bytes;
+    s.rate = 0;
+    s.last = now_;
+    ++result_.flows;
+    for (Usage& u : models_[i].usages) {
+      auto& flows = link_flows_[u.link];
+      if (flows.empty()) busy_since_[u.link] = now_;
+      u.slot = static_cast<int>(flows.size());
+      flows.push_back(i);
+      dirty_.push_back(u.link);
+    }
+  }
+
+  void deactivate(int i) {
+    state_[i].active = false;
+    for (Usage& u : models_[i].usages) {
+      auto& flows = link_flows_[u.link];
+      const int moved = flows.back();
+      flows[u.slot] = moved;
+      flows.pop_back();
+      if (moved != i) slot_of(moved, u.link) = u.slot;
+      if (flows.empty()) stats_[u.link].busy_s += now_ - busy_since_[u.link];
+      stats_[u.link].bytes += u.bytes;
+      dirty_.push_back(u.link);
+    }
+  }
+
+  int& slot_of(int op, int link) {
+    auto& usages = models_[op].usages;
+    auto it = std::lower_bound(usages.begin(), usages.end(), link,
+                               [](const Usage& u, int l) { return u.link < l; });
+    return it->slot;
+  }
+
+  // Finishes the ops in done_, and everything that becomes ready and finishes at once.
+  void drain() {
+    while (!done_.empty()) {
+      const int i = done_.back();
+      done_.pop_back();
+      OpState& s = state_[i];
+      s.finished = true;
+      s.end_s = now_;
+      for (DeviceId d : models_[i].participants) {
+        const auto& queue = queues_[d];
+        if (++head_[d] < queue.size()) arrive(queue[head_[d]]);
+      }
+    }
+  }
+
+  // Max-min fair rates (progressive filling) for the flows reachable from the dirty links.
+  void recompute() {
+    if (dirty_.empty()) return;
+    ++mark_;
+    std::vector<int>& comp_links = scratch_links_;
+    std::vector<int>& comp_flows = scratch_flows_;
+    comp_links.clear();
+    comp_flows.clear();
+    for (int l : dirty_) visit_link(l);
+    dirty_.clear();
+    for (size_t k = 0; k < comp_links.size(); ++k)
+      for (int f : link_flows_[comp_links[k]]) {
+        if (flow_mark_[f] == mark_) continue;
+        flow_mark_[f] = mark_;
+        comp_flows.push_back(f);
+        for (const Usage& u : models_[f].usages) visit_link(u.link);
+      }
+
+    heap_.clear();
+    for (int l : comp_links) {
+      link_used_[l] = 0;
+      link_weight_[l] = 0;
+      link_unfrozen_[l] = 0;
+    }
+    for (int f : comp_flows) {
+      OpState& s = state_[f];
+      s.remaining = std::max(0.0, s.remaining - s.rate * (now_ - s.last));
+      s.last = now_;
+      for (const Usage& u : models_[f].usages) {
+        link_weight_[u.link] += u.weight;
+        ++link_unfrozen_[u.link];
+      }
+    }
+    for (int l : comp_links) push_level(l);
+    ++freeze_mark_;
+    double floor = 0;  // levels only grow; this keeps rounding from lowering one
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      const auto [popped, l, stamp] = heap_.back();
+      heap_.pop_back();
+      if (stamp != link_stamp_[l] || link_unfrozen_[l] == 0) continue;
+      const double level = std::max(popped, floor);
+      floor = level;
+      for (int f : link_flows_[l]) {
+        if (frozen_[f] == freeze_mark_) continue;
+        frozen_[f] = freeze_mark_;
+        set_rate(f, level);
+        for (const Usage& u : models_[f].usages) {
+          link_used_[u.link] += u.weight * level;
+          link_weight_[u.link] -= u.weight;
+          --link_unfrozen_[u.link];
+          push_level(u.link);
+        }
+      }
+    }
+    if (options_.record_link_rates)
+      for (int l : comp_links) {
+        double rate = 0;
+        for (int f : link_flows_[l]) rate += state_[f].rate * usage_weight(f, l);
+        if (rate != last_rate_[l]) result_.link_rates.push_back({l, now_, rate});
+        last_rate_[l] = rate;
+      }
+  }
+
+  void visit_link(int l) {
+    if (link_mark_[l] == mark_) return;
+    link_mark_[l] = mark_;
+    scratch_links_.push_back(l);
+  }
+
+  void push_level(int l) {
+    ++link_stamp_[l];
+    if (link_unfrozen_[l] == 0) return;
+    const double level = std::max(0.0, net_.capacity(l) - link_used_[l]) / link_weight_[l];
+    heap_.push_back({level, l, link_stamp_[l]});
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+  }
+
+  double usage_weight(int op, int link) {
+    const auto& usages = models_[op].usages;
+    auto it = std::lower_bound(usages.begin(), usages.end(), link,
+                               [](const Usage& u, int l) { return u.link < l; });
+    return it->weight;
+  }
+
+  void set_rate(int f, double rate) {
+    OpState& s = state_[f];
+    if (rate == s.rate) return;  // its pending finish event stays right
+    s.rate = rate;
+    ++s.version;
+    events_.push({now_ + s.remaining / rate, f, Event::flow_done, s.version});
+  }
+
+  const Plan& plan_;
+  Network net_;
+  SimOptions options_;
+  std::vector<OpModel> models_;
+  std::vector<OpState> state_;
+  std::vector<std::vector<int>> queues_;  // per device, its ops in plan order
+  std::vector<size_t> head_;              // per device, index of its current op in queues_
+  std::vector<std::vector<int>> link_flows_;
+  std::vector<double> busy_since_;
+  std::vector<LinkStats> stats_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<int> done_;
+  std::vector<int> dirty_;
+  double now_ = 0;
+  SimResult result_;
+
+  // Scratch state of recompute(), kept to avoid allocating per step.
+  int mark_ = 0, freeze_mark_ = 0;
+  std::vector<int> link_mark_, flow_mark_, frozen_;
+  std::vector<int> scratch_links_, scratch_flows_;
+  std::vector<int> link_stamp_, link_unfrozen_;
+  std::vector<double> link_used_, link_weight_, last_rate_;
+  std::vector<std::tuple<double, int, int>> heap_;
+};
+
+}  // namespace
+
+SimResult simulate(const Plan& plan) {
+  return simulate(plan, plan.problem.cluster);
+}
+
+SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options) {
+  cluster.validate();
+  Engine engine(plan, cluster, options);
+  return engine.run();
+}
+
+}  // namespace meshcast

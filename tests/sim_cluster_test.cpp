@@ -1,0 +1,104 @@
+// Clusters with several NICs per host and per-host overrides, and their JSON form.
+#include <gtest/gtest.h>
+
+#include "meshcast/error.h"
+#include "meshcast/layout/cluster.h"
+#include "meshcast/plan/json.h"
+
+namespace meshcast {
+namespace {
+
+Cluster eight_gpus_four_nics() {
+  return Cluster{.hosts = 3, .devices_per_host = 8, .nic_bandwidth = 1e9, .nics_per_host = 4};
+}
+
+TEST(ClusterNicsTest, DevicesSpreadEvenlyOverTheirHostsNics) {
+  const Cluster c = eight_gpus_four_nics();
+  const int expected[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  for (int host = 0; host < c.hosts; ++host)
+    for (int local = 0; local < 8; ++local)
+      EXPECT_EQ(c.nic_of(c.device_id(host, local)), expected[local]) << host << " " << local;
+  Cluster more_nics_than_devices = c;
+  more_nics_than_devices.devices_per_host = 2;
+  EXPECT_EQ(more_nics_than_devices.nic_of(0), 0);
+  EXPECT_EQ(more_nics_than_devices.nic_of(1), 2);
+}
+
+TEST(ClusterNicsTest, HostBandwidthCountsEveryNic) {
+  Cluster c = eight_gpus_four_nics();
+  EXPECT_EQ(c.single_nic_bandwidth_of(1), 1e9);
+  EXPECT_EQ(c.nic_bandwidth_of(1), 4e9);
+  c.host_nics = {4, 2, 1};
+  c.host_nic_bandwidth = {1e9, 3e9, 5e9};
+  EXPECT_EQ(c.nics_of(1), 2);
+  EXPECT_EQ(c.nic_bandwidth_of(1), 6e9);
+  EXPECT_EQ(c.nic_bandwidth_of(2), 5e9);
+  EXPECT_EQ(c.nic_of(c.device_id(2, 7)), 0);
+  EXPECT_EQ(c.nic_of(c.device_id(1, 4)), 1);
+  EXPECT_NO_THROW(c.validate());
+}
+
+TEST(ClusterNicsTest, DefaultIsOneNicPerHost) {
+  const Cluster c{.hosts = 2, .devices_per_host = 4};
+  EXPECT_EQ(c.nics_of(0), 1);
+  EXPECT_EQ(c.nic_of(3), 0);
+  EXPECT_EQ(c.nic_bandwidth_of(1), c.nic_bandwidth);
+}
+
+TEST(ClusterNicsTest, ValidateNamesTheBadCount) {
+  Cluster c = eight_gpus_four_nics();
+  c.nics_per_host = 0;
+  EXPECT_THROW(
+      {
+        try {
+          c.validate();
+        } catch (const InvalidArgument& e) {
+          EXPECT_STREQ(e.what(), "bad NICs per host 0: expected > 0");
+          throw;
+        }
+      },
+      InvalidArgument);
+  c = eight_gpus_four_nics();
+  c.host_nics = {1, 2};
+  try {
+    c.validate();
+    FAIL() << "accepted two NIC counts for three hosts";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "per-host NIC counts list 2 entries, expected 3");
+  }
+  c.host_nics = {1, -2, 1};
+  try {
+    c.validate();
+    FAIL() << "accepted a negative NIC count";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "bad NIC count -2 for host 1: expected > 0");
+  }
+}
+
+TEST(ClusterNicsTest, JsonKeepsNicCountsAndOverrides) {
+  Cluster c = eight_gpus_four_nics();
+  c.host_nics = {4, 2, 1};
+  c.host_nic_bandwidth = {gbps_to_bytes(25), gbps_to_bytes(50), gbps_to_bytes(100)};
+  const auto j = cluster_to_json(c);
+  EXPECT_EQ(j["nics_per_host"], 4);
+  EXPECT_EQ(j["host_nics"], nlohmann::json({4, 2, 1}));
+  EXPECT_EQ(cluster_from_json(nlohmann::json::parse(j.dump())), c);
+}
+
+TEST(ClusterNicsTest, SmallClusterFileFillsTheRestFromDefaults) {
+  const Cluster defaults{.hosts = 2, .devices_per_host = 8};
+  const Cluster c = cluster_from_json(
+      nlohmann::json::parse(R"({"nics_per_host": 4, "nic_gbps": 100})"), defaults);
+  EXPECT_EQ(c.hosts, 2);
+  EXPECT_EQ(c.nics_per_host, 4);
+  EXPECT_EQ(c.nic_bandwidth_of(0), 4 * gbps_to_bytes(100));
+  EXPECT_THROW(cluster_from_json(nlohmann::json::parse(R"({"nics_per_host": 0})"), defaults),
+               ParseError);
+  EXPECT_THROW(cluster_from_json(nlohmann::json::parse(R"({"host_nics": [1]})"), defaults),
+               ParseError);
+  EXPECT_THROW(cluster_from_json(nlohmann::json::parse(R"({"host_nics": "four"})"), defaults),
+               ParseError);
+}
+
+}  // namespace
+}  // namespace meshcast
