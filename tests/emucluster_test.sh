@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The emulated cluster end to end (CTest label emucluster): 3 hosts x 4 ranks on shaped NICs; MPI
+# sees 3 nodes, calibration finds the shaped rate and shared memory inside a host, and nothing
+# (namespace, veth, bridge, process) is left behind, even on failure.
+# Usage: emucluster_test.sh path/to/scripts/emucluster path/to/meshcast
+# Exit 77 (CTest: skipped) with the reason printed when the machine cannot host the testbed.
+set -u
+EMU=$1
+MESHCAST=$2
+HOSTS=3
+SLOTS=4
+MBIT=200
+STEP_TIMEOUT=60 # seconds per mpirun step, so a hang fails the test instead of the CTest timeout
+failures=0
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 77
+}
+fail() {
+  echo "FAIL $*"
+  failures=$((failures + 1))
+}
+pass() { echo "ok   $*"; }
+
+# --- can this machine host the testbed? -----------------------------------------------------------
+[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces, veths and tc qdiscs"
+command -v mpirun >/dev/null || skip "mpirun (Open MPI) not found"
+"$MESHCAST" calibrate --help >/dev/null 2>&1 || skip "meshcast was built without MPI (no calibrate verb)"
+probe=mcprobe$$
+if ! ip netns add "$probe" 2>/dev/null; then skip "network namespaces do not work here (ip netns add failed)"; fi
+probe_tbf=$(ip netns exec "$probe" tc qdisc add dev lo root tbf rate 1mbit burst 32k limit 64k 2>&1)
+probe_rc=$?
+ip netns del "$probe"
+[[ $probe_rc -eq 0 ]] || skip "the tbf qdisc is not available: $probe_tbf"
+
+# --- bring up a cluster of our own: a name and subnet no other run uses ---------------------------
+NAME=t$(($$ % 1000000))
+cleanup() {
+  local pids
+  pids=$(for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-h[0-9]+$"); do
+    ip netns pids "$ns"
+  done)
+  "$EMU" --name "$NAME" down
+  if ip netns list | grep -qE "^$NAME-h"; then fail "down left namespaces: $(ip netns list | grep "^$NAME-h" | tr '\n' ' ')"; fi
+  if ip -o link show | grep -q ": $NAME-"; then fail "down left links: $(ip -o link show | grep ": $NAME-" | cut -d: -f2 | tr '\n' ' ')"; fi
+  local pid
+  for pid in $pids; do
+    if kill -0 "$pid" 2>/dev/null; then fail "down left process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; fi
+  done
+  if [[ $failures -eq 0 ]]; then
+    echo "PASS emucluster_test"
+    exit 0
+  fi
+  echo "$failures check(s) failed"
+  exit 1
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+up_ok=0
+for attempt in 0 1 2 3 4; do
+  subnet=10.213.$((100 + ($$ + attempt * 37) % 150))
+  if "$EMU" --name "$NAME" up --hosts $HOSTS --nic-mbit $MBIT --slots $SLOTS --subnet "$subnet"; then
+    up_ok=1
+    break
+  fi
+done
+[[ $up_ok -eq 1 ]] || { fail "up: could not bring up the cluster"; exit 1; }
+
+# No process may outlive an mpirun step inside the hosts (orted, ranks).
+check_no_processes() {
+  local ns left=""
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-h[0-9]+$"); do
+    left+=$(ip netns pids "$ns" | tr '\n' ' ')
+  done
+  if [[ -n ${left// /} ]]; then fail "$1: processes left in the hosts: $left"; else pass "$1: no process left in the hosts"; fi
+}
+
+run_mpi() { timeout -k 5 $STEP_TIMEOUT "$EMU" --name "$NAME" mpirun -np $((HOSTS * SLOTS)) "$@"; }
+
+# --- MPI sees H distinct nodes, SLOTS ranks each ---------------------------------------------------
+names=$(run_mpi hostname 2>&1)
+counts=$(sort <<<"$names" | uniq -c | awk '{print $1 " " $2}' | tr '\n' ',')
+expected=""
+for ((h = 0; h < HOSTS; h++)); do expected+="$SLOTS $NAME-h$h,"; done
+if [[ $counts == "$expected" ]]; then pass "hostnames: $counts"; else fail "hostnames: got '$counts', expected '$expected'"; fi
+check_no_processes hostname
+
+# --- calibration: shaped NIC rate, shared memory inside a host ------------------------------------
+lo_before=$("$EMU" --name "$NAME" run 0 cat /sys/class/net/lo/statistics/tx_bytes)
+calibration=$(run_mpi "$MESHCAST" calibrate --bytes $((4 << 20)) --repeats 3 --json 2>&1)
+calibrate_rc=$?
+lo_after=$("$EMU" --name "$NAME" run 0 cat /sys/class/net/lo/statistics/tx_bytes)
+if [[ $calibrate_rc -ne 0 ]]; then
+  fail "calibrate exited $calibrate_rc: $calibration"
+else
+  json_number() { grep -o "\"$1\":[0-9.eE+-]*" <<<"$calibration" | head -1 | cut -d: -f2; }
+  nic=$(json_number nic_gbps)
+  dev=$(json_number dev_gbps)
+  hosts=$(json_number hosts)
+  per_host=$(json_number devices_per_host)
+  if [[ "$hosts x $per_host" == "$HOSTS x $SLOTS" ]]; then pass "calibrate sees $hosts x $per_host"; else fail "calibrate sees '$hosts x $per_host', expected $HOSTS x $SLOTS"; fi
+  # TCP/IP headers take ~4% of a 1500-byte frame, so payload runs a bit under the shaped rate; far
+  # under it means the shaping or the measurement is wrong, above it means traffic bypassed it.
+  if awk -v r="$nic" -v m=$MBIT 'BEGIN { x = r * 1000 / m; exit !(x >= 0.75 && x <= 1.0) }'; then
+    pass "NIC payload rate $nic Gbps is 0.75..1.0 of the shaped $MBIT Mbit/s"
+  else
+    fail "NIC payload rate '$nic' Gbps is not 0.75..1.0 of the shaped $MBIT Mbit/s"
+  fi
+  if awk -v d="$dev" -v n="$nic" 'BEGIN { exit !(d > 4 * n) }'; then
+    pass "intra-host rate $dev Gbps is above 4x the NIC's"
+  else
+    fail "intra-host rate '$dev' Gbps is not above 4x the NIC's $nic Gbps: not shared memory?"
+  fi
+  # The intra-host transfers (4 MiB x 4 on host 0) must not go over loopback TCP.
+  lo_bytes=$((lo_after - lo_before))
+  if ((lo_bytes < 1 << 20)); then pass "intra-host bytes bypass loopback TCP ($lo_bytes B on lo)"; else fail "$lo_bytes B went over lo in host 0: intra-host traffic uses TCP, not shared memory"; fi
+fi
+check_no_processes calibrate
