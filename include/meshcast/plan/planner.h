@@ -11,7 +11,7 @@ namespace meshcast {
 struct PlanOptions {
   Strategy strategy = Strategy::broadcast;
   // Default: order for broadcast, size for send_recv and allgather (the paper's pairings).
-  std::optional<Balance> balance;
+  std::optional<Balance> balance = {};
   // Cut a transfer whose slice has replicas on several hosts into parts sent by different hosts
   // when that lowers the finish time (balance order; see docs/cli.md for none and size).
   bool split = false;

@@ -1,0 +1,238 @@
+// make_plan on hand-checked cases and the paper's suite: op shapes of each strategy, sender
+// balance, ordering, split senders, chunk choice and the lower bound.
+#include "meshcast/plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "meshcast/error.h"
+#include "meshcast/plan/estimate.h"
+#include "meshcast/plan/lower_bound.h"
+#include "meshcast/plan/validate.h"
+#include "meshcast/tasks/paper_cases.h"
+
+namespace meshcast {
+namespace {
+
+Resharding problem_of(std::vector<int64_t> shape, Mesh src, const char* src_spec, Mesh dst,
+                      const char* dst_spec, int hosts, int per_host) {
+  Resharding p;
+  p.tensor = TensorSpec{std::move(shape), DType::int32};
+  p.src = Layout{std::move(src), ShardingSpec::parse(src_spec)};
+  p.dst = Layout{std::move(dst), ShardingSpec::parse(dst_spec)};
+  p.cluster = paper_cluster(hosts);
+  p.cluster.devices_per_host = per_host;
+  return p;
+}
+
+std::map<OpKind, int> kind_counts(const Plan& plan) {
+  std::map<OpKind, int> counts;
+  for (const Op& op : plan.ops) ++counts[op.kind];
+  return counts;
+}
+
+const Resharding& paper(int number) {
+  static const auto cases = paper_cases();
+  return cases[number - 1].problem;
+}
+
+TEST(PlannerTest, SendRecvSendsOneCopyPerReceiver) {
+  // Host 0 holds halves of an 8-vector on devices 0,1; devices 2,3 of host 1 want all of it.
+  const auto p = problem_of({8}, Mesh({2}, {0, 1}), "S0", Mesh({2}, {2, 3}), "R", 2, 2);
+  const Plan plan = make_plan(p, {.strategy = Strategy::send_recv, .balance = Balance::none});
+  validate_plan(plan);
+  EXPECT_EQ(kind_counts(plan), (std::map<OpKind, int>{{OpKind::send, 4}}));
+  EXPECT_EQ(plan.network_bytes, 2 * 8 * 4);
+  EXPECT_EQ(plan.ops[0].sender, 0);
+  EXPECT_EQ(plan.ops[0].receivers, (std::vector<DeviceId>{2}));
+  EXPECT_EQ(plan.ops[0].slice, (Box{{{0, 4}}}));
+  EXPECT_EQ(plan.ops[1].receivers, (std::vector<DeviceId>{3}));
+}
+
+TEST(PlannerTest, DevicesThatHoldTheirSliceCopyIt) {
+  // Same devices on both sides: S0 -> R; each device copies its half and receives the other.
+  const auto p = problem_of({8}, Mesh({2}, {0, 1}), "S0", Mesh({2}, {0, 1}), "R", 1, 2);
+  for (auto s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast}) {
+    const Plan plan = make_plan(p, {.strategy = s});
+    validate_plan(plan);
+    EXPECT_EQ(kind_counts(plan), (std::map<OpKind, int>{{OpKind::send, 2}, {OpKind::copy, 2}}))
+        << to_string(s);
+    EXPECT_EQ(plan.network_bytes, 0);
+    for (const Op& op : plan.ops) {
+      if (op.kind == OpKind::copy) {
+        EXPECT_EQ(op.receivers, std::vector<DeviceId>{*op.sender});
+      }
+    }
+  }
+}
+
+TEST(PlannerTest, BroadcastChainsHostsSendersHostFirst) {
+  // The slice lives on device 4 (host 1); receivers on hosts 0, 1 and 2, listed out of order.
+  const auto p = problem_of({8}, Mesh({1}, {4}), "R", Mesh({5}, {9, 0, 5, 8, 1}), "R", 3, 4);
+  const Plan plan = make_plan(p, {.strategy = Strategy::broadcast});
+  validate_plan(plan);
+  ASSERT_EQ(plan.ops.size(), 1u);
+  EXPECT_EQ(plan.ops[0].kind, OpKind::broadcast);
+  EXPECT_EQ(plan.ops[0].sender, 4);
+  EXPECT_EQ(plan.ops[0].receivers, (std::vector<DeviceId>{5, 0, 1, 8, 9}));
+  // Hops 4->5 (host 1), 5->0 (1->0), 0->1, 1->8 (0->2), 8->9: two NIC crossings.
+  EXPECT_EQ(plan.network_bytes, 2 * 8 * 4);
+}
+
+TEST(PlannerTest, AllgatherSendsPartsThenGathersOnEachHost) {
+  const Plan plan = make_plan(paper(7), {.strategy = Strategy::allgather});
+  validate_plan(plan);
+  // 4 tasks x 2 receiving hosts: 4 part sends and one allgather each.
+  EXPECT_EQ(kind_counts(plan), (std::map<OpKind, int>{{OpKind::send, 32}, {OpKind::allgather, 8}}));
+  for (const Op& op : plan.ops) {
+    if (op.kind == OpKind::send) {
+      EXPECT_EQ(op.bytes, paper(7).tensor.bytes() / 4 / 4);
+    }
+  }
+}
+
+TEST(PlannerTest, AllgatherFallsBackToSendsForOneDevicePerHost) {
+  // Each receiving host has one destination device: no local allgather applies.
+  const auto p = problem_of({8, 4}, Mesh({2}, {0, 1}), "S0R", Mesh({2, 1}, {2, 4}), "RR", 3, 2);
+  const Plan plan = make_plan(p, {.strategy = Strategy::allgather});
+  validate_plan(plan);
+  EXPECT_EQ(kind_counts(plan), (std::map<OpKind, int>{{OpKind::send, 4}}));
+}
+
+TEST(PlannerTest, AllgatherFallsBackWhenPartsWouldBeEmpty) {
+  // A 1x1 slice cannot be cut into 2 parts with an element each.
+  const auto p = problem_of({1, 1}, Mesh({1}, {0}), "RR", Mesh({2}, {2, 3}), "RR", 2, 2);
+  const Plan plan = make_plan(p, {.strategy = Strategy::allgather});
+  validate_plan(plan);
+  EXPECT_EQ(kind_counts(plan), (std::map<OpKind, int>{{OpKind::send, 2}}));
+}
+
+TEST(PlannerTest, DefaultBalanceFollowsTheStrategy) {
+  EXPECT_EQ(effective_balance({.strategy = Strategy::broadcast}), Balance::order);
+  EXPECT_EQ(effective_balance({.strategy = Strategy::send_recv}), Balance::size);
+  EXPECT_EQ(effective_balance({.strategy = Strategy::allgather}), Balance::size);
+  EXPECT_EQ(effective_balance({.strategy = Strategy::send_recv, .balance = Balance::none}),
+            Balance::none);
+  EXPECT_EQ(make_plan(paper(1)).balance, Balance::order);
+}
+
+TEST(PlannerTest, SizeSpreadsSendersOverReplicaHosts) {
+  // Case 2: the source is replicated on both hosts; none sends everything from host 0.
+  const auto traffic_of = [](Balance b) {
+    return host_traffic(make_plan(paper(2), {.strategy = Strategy::broadcast, .balance = b}));
+  };
+  const auto none = traffic_of(Balance::none);
+  const auto size = traffic_of(Balance::size);
+  EXPECT_EQ(none[0].out_bytes, paper(2).tensor.bytes());
+  EXPECT_EQ(none[1].out_bytes, 0);
+  EXPECT_EQ(size[0].out_bytes, paper(2).tensor.bytes() / 2);
+  EXPECT_EQ(size[1].out_bytes, paper(2).tensor.bytes() / 2);
+}
+
+TEST(PlannerTest, PaperCase7BroadcastSpendsAtMostASeventhOfSendRecvOnTheSourceNic) {
+  const auto source_out = [](Strategy s) {
+    const Plan plan = make_plan(paper(7), {.strategy = s});
+    validate_plan(plan);
+    return host_traffic(plan)[0].out_bytes;
+  };
+  const int64_t broadcast = source_out(Strategy::broadcast);
+  const int64_t send_recv = source_out(Strategy::send_recv);
+  EXPECT_EQ(broadcast, paper(7).tensor.bytes());
+  EXPECT_LE(7 * broadcast, send_recv);
+}
+
+TEST(PlannerTest, PaperCase6OrderNoLaterThanSizeNoLaterThanNone) {
+  const auto time_of = [](Balance b) {
+    const Plan plan = make_plan(paper(6), {.strategy = Strategy::broadcast, .balance = b});
+    validate_plan(plan);
+    return estimate(plan);
+  };
+  const double none = time_of(Balance::none);
+  const double size = time_of(Balance::size);
+  const double order = time_of(Balance::order);
+  EXPECT_LE(order, size);
+  EXPECT_LE(size, none);
+  // Ordering matters here: the greedy overlaps the two source hosts, none does not.
+  EXPECT_LT(order, none);
+}
+
+TEST(PlannerTest, SplitSharesTasksBetweenReplicaHosts) {
+  // Three slices replicated on hosts 0 and 1 go to hosts 2, 3, 4: without splitting one source
+  // host sends two of them; split, each sends one and a half.
+  Resharding p = problem_of({3 * 4096}, Mesh::placed({2, 1}, 0, 1), "R", Mesh::placed({3, 1}, 2, 1),
+                            "S0", 5, 1);
+  const PlanOptions whole{.balance = Balance::order, .search_ms = 50};
+  PlanOptions split = whole;
+  split.split = true;
+  const Plan a = make_plan(p, whole);
+  const Plan b = make_plan(p, split);
+  validate_plan(b);
+  EXPECT_LT(estimate(b), estimate(a));
+  EXPECT_GT(b.ops.size(), a.ops.size());
+  const auto traffic = host_traffic(b);
+  EXPECT_EQ(traffic[0].out_bytes + traffic[1].out_bytes, p.tensor.bytes());
+  EXPECT_LT(std::max(traffic[0].out_bytes, traffic[1].out_bytes), p.tensor.bytes() * 2 / 3);
+}
+
+TEST(PlannerTest, BroadcastChunks) {
+  const Plan automatic = make_plan(paper(7));
+  for (const Op& op : automatic.ops) {
+    ASSERT_EQ(op.kind, OpKind::broadcast);
+    EXPECT_GT(op.chunk_bytes, 0);
+    EXPECT_LT(op.chunk_bytes, op.bytes);  // 8 hops: pipelining pays off
+    EXPECT_EQ(op.chunk_bytes % 4, 0);
+  }
+  const Plan fixed = make_plan(paper(7), {.chunk_bytes = 1 << 20});
+  for (const Op& op : fixed.ops) EXPECT_EQ(op.chunk_bytes, 1 << 20);
+  // The estimate prefers the automatic chunk to one unpipelined message.
+  EXPECT_LT(estimate(automatic), estimate(make_plan(paper(7), {.chunk_bytes = int64_t{1} << 40})));
+}
+
+TEST(PlannerTest, RejectsBadOptions) {
+  EXPECT_THROW(make_plan(paper(1), {.chunk_bytes = -1}), InvalidArgument);
+  EXPECT_THROW(make_plan(paper(1), {.search_ms = -1}), InvalidArgument);
+}
+
+TEST(PlannerTest, EstimateIsAtLeastTheLowerBoundOnThePaperCases) {
+  for (const PaperCase& c : paper_cases(16))
+    for (auto s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast}) {
+      const Plan plan = make_plan(c.problem, {.strategy = s});
+      validate_plan(plan);
+      EXPECT_GE(estimate(plan), plan.lower_bound_s) << c.number << " " << to_string(s);
+    }
+}
+
+TEST(LowerBoundTest, ReceiverNicOfPaperCase7) {
+  // Every destination host must take in the whole tensor: 2 GiB at 10 Gbps.
+  EXPECT_DOUBLE_EQ(lower_bound(paper(7), decompose(paper(7))),
+                   paper(7).tensor.bytes() / gbps_to_bytes(10));
+}
+
+TEST(LowerBoundTest, SingleSenderHostTerm) {
+  // Host 0 alone holds the 32 B; host 1 takes them in over a 4x faster NIC, so host 0's NIC
+  // (only(0) = 32 B at 1 B/s) decides.
+  auto p = problem_of({8}, Mesh({1}, {0}), "R", Mesh({2}, {2, 3}), "S0", 2, 2);
+  p.cluster.host_nic_bandwidth = {1.0, 4.0};
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 32 / 1.0);
+}
+
+TEST(LowerBoundTest, PooledSenderTerm) {
+  // Three 4-element slices replicated on hosts 0 and 1, one per receiving host 2, 3, 4:
+  // in(h) = 16 B, only = 0, pooled = 48 B over two NICs.
+  auto p =
+      problem_of({12}, Mesh::placed({2, 1}, 0, 1), "R", Mesh::placed({3, 1}, 2, 1), "S0", 5, 1);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 1000;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 24.0);
+}
+
+TEST(LowerBoundTest, DeviceTerm) {
+  // Intra-host only: device 1 takes in 16 B over a 2 B/s link.
+  auto p = problem_of({4}, Mesh({1}, {0}), "R", Mesh({1}, {1}), "R", 1, 2);
+  p.cluster.device_bandwidth = 2;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0);
+}
+
+}  // namespace
+}  // namespace meshcast

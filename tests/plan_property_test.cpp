@@ -1,0 +1,76 @@
+// Every strategy x balance x split plan of the random corpus passes the validator, never beats
+// the lower bound, reports its NIC bytes, and survives a JSON round trip.
+#include <gtest/gtest.h>
+
+#include "corpus.h"
+#include "meshcast/plan/estimate.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/plan/validate.h"
+
+namespace meshcast {
+namespace {
+
+struct Mode {
+  Strategy strategy;
+  Balance balance;
+  bool split;
+};
+
+std::vector<Mode> all_modes() {
+  std::vector<Mode> modes;
+  for (auto s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
+    for (auto b : {Balance::none, Balance::size, Balance::order})
+      for (bool split : {false, true}) modes.push_back({s, b, split});
+  return modes;
+}
+
+class PlanPropertyTest : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(PlanPropertyTest, EveryModeIsValidAndAboveTheLowerBound) {
+  const auto corpus = testing::property_corpus(GetParam(), 300);
+  for (const Resharding& problem : corpus) {
+    for (const Mode& m : all_modes()) {
+      SCOPED_TRACE(fmt::format("{} {} {} split={}", testing::describe(problem),
+                               to_string(m.strategy), to_string(m.balance), m.split));
+      const Plan plan = make_plan(
+          problem,
+          {.strategy = m.strategy, .balance = m.balance, .split = m.split, .search_ms = 0.2});
+      ASSERT_NO_THROW(validate_plan(plan));
+      EXPECT_GE(estimate(plan), plan.lower_bound_s * (1 - 1e-12));
+      int64_t out = 0;
+      int64_t in = 0;
+      for (const HostTraffic& h : host_traffic(plan)) {
+        out += h.out_bytes;
+        in += h.in_bytes;
+      }
+      EXPECT_EQ(plan.network_bytes, out);
+      EXPECT_EQ(out, in);
+      // JSON is slow in Debug builds: one mode per case is enough for the round trip.
+      if (m.strategy == Strategy::allgather && m.split) {
+        EXPECT_EQ(plan_from_json(plan_to_json(plan)), plan);
+      }
+    }
+  }
+}
+
+// The search starts from the greedy plan and keeps only improvements.
+TEST_P(PlanPropertyTest, SearchNeverWorseThanGreedy) {
+  const auto corpus = testing::property_corpus(GetParam() + 1000, 100);
+  for (const Resharding& problem : corpus) {
+    for (bool split : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} split={}", testing::describe(problem), split));
+      PlanOptions options{.balance = Balance::order, .split = split, .search_ms = 0};
+      const double greedy = estimate(make_plan(problem, options));
+      options.search_ms = 1;
+      const Plan searched = make_plan(problem, options);
+      ASSERT_NO_THROW(validate_plan(searched));
+      EXPECT_LE(estimate(searched), greedy);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, PlanPropertyTest, ::testing::Values(1u, 2u, 3u, 4u));
+
+}  // namespace
+}  // namespace meshcast

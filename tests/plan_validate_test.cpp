@@ -1,0 +1,220 @@
+// validate_plan accepts the planner's plans and forwarding chains, and rejects hand-broken plans
+// with a message that names the op and the problem.
+#include "meshcast/plan/validate.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "meshcast/error.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/tasks/paper_cases.h"
+
+namespace meshcast {
+namespace {
+
+// An 8x4 int32 tensor split by rows over devices 0,1 (host 0) and wanted whole by devices 2..5
+// (hosts 1 and 2). Task 0 is rows [0,4) from device 0, task 1 rows [4,8) from device 1.
+Resharding small_problem() {
+  Resharding p;
+  p.tensor = TensorSpec{{8, 4}, DType::int32};
+  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0R")};
+  p.dst = Layout{Mesh({2, 2}, {2, 3, 4, 5}), ShardingSpec::parse("RR")};
+  p.cluster = paper_cluster(3);
+  p.cluster.devices_per_host = 2;
+  return p;
+}
+
+const Box kTop{{{0, 4}, {0, 4}}};
+const Box kBottom{{{4, 8}, {0, 4}}};
+
+Op send(int id, int task, const Box& slice, DeviceId from, DeviceId to) {
+  return Op{.id = id,
+            .kind = OpKind::send,
+            .task = task,
+            .slice = slice,
+            .bytes = slice.volume() * 4,
+            .sender = from,
+            .receivers = {to}};
+}
+
+Plan broadcast_plan() {
+  return make_plan(small_problem(), {.strategy = Strategy::broadcast, .balance = Balance::none});
+}
+
+// Expects validate_plan to throw InvalidArgument whose message contains `expected`.
+void expect_rejected(const Plan& plan, const std::string& expected) {
+  try {
+    validate_plan(plan);
+    ADD_FAILURE() << "accepted a plan that should fail with: " << expected;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+        << "message: " << e.what() << "\nexpected: " << expected;
+  }
+}
+
+Plan broken(const std::function<void(Plan&)>& edit) {
+  Plan plan = broadcast_plan();
+  edit(plan);
+  return plan;
+}
+
+TEST(ValidatePlanTest, TheBaseBroadcastPlanIsValid) {
+  const Plan plan = broadcast_plan();
+  ASSERT_EQ(plan.ops.size(), 2u);
+  EXPECT_EQ(plan.ops[0].slice, kTop);
+  EXPECT_EQ(plan.ops[0].receivers, (std::vector<DeviceId>{2, 3, 4, 5}));
+  EXPECT_NO_THROW(validate_plan(plan));
+}
+
+TEST(ValidatePlanTest, AcceptsForwardingFromAnEarlierReceiver) {
+  Plan plan;
+  plan.problem = small_problem();
+  int id = 0;
+  for (auto [task, slice, holder] : {std::tuple{0, kTop, 0}, std::tuple{1, kBottom, 1}}) {
+    plan.ops.push_back(send(id++, task, slice, holder, 2));
+    plan.ops.push_back(send(id++, task, slice, 2, 3));  // 2 forwards what it just received
+    plan.ops.push_back(send(id++, task, slice, 3, 4));
+    plan.ops.push_back(send(id++, task, slice, 4, 5));
+  }
+  EXPECT_NO_THROW(validate_plan(plan));
+  // Forwarding before receiving is not.
+  std::swap(plan.ops[0], plan.ops[1]);
+  plan.ops[0].id = 0;
+  plan.ops[1].id = 1;
+  expect_rejected(plan, "op 0 (send of task 0): sender 2 does not hold [0,4)x[0,4) at that point");
+}
+
+TEST(ValidatePlanTest, AcceptsSplitPartsAndForwardingOfParts) {
+  Plan plan;
+  plan.problem = small_problem();
+  const Box left{{{0, 4}, {0, 2}}};
+  const Box right{{{0, 4}, {2, 4}}};
+  plan.ops = {send(0, 0, left, 0, 2),    send(1, 0, right, 0, 2),   send(2, 0, kTop, 2, 3),
+              send(3, 0, kTop, 3, 4),    send(4, 0, kTop, 4, 5),    send(5, 1, kBottom, 1, 2),
+              send(6, 1, kBottom, 1, 3), send(7, 1, kBottom, 1, 4), send(8, 1, kBottom, 1, 5)};
+  EXPECT_NO_THROW(validate_plan(plan));
+  // Device 2 forwarding the whole top slice after receiving only its left half.
+  plan.ops.erase(plan.ops.begin() + 1);
+  for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
+  expect_rejected(plan, "op 1 (send of task 0): sender 2 does not hold [0,4)x[0,4)");
+}
+
+TEST(ValidatePlanTest, RejectsBadIds) {
+  expect_rejected(broken([](Plan& p) { p.ops[1].id = 5; }),
+                  "op at position 1 has id 5: expected ids 0..n-1 in plan order");
+}
+
+TEST(ValidatePlanTest, RejectsAMissingTask) {
+  expect_rejected(
+      broken([](Plan& p) { p.ops[0].task = 7; }),
+      "op 0 (broadcast of task 7): task 7 does not exist: the problem has 2 unit tasks");
+}
+
+TEST(ValidatePlanTest, RejectsASliceOutsideItsTask) {
+  expect_rejected(broken([](Plan& p) {
+                    p.ops[0].slice = Box{{{0, 5}, {0, 4}}};
+                  }),
+                  "slice [0,5)x[0,4) is not a non-empty part of the task's slice [0,4)x[0,4)");
+  expect_rejected(broken([](Plan& p) {
+                    p.ops[0].slice = Box{{{0, 4}}};
+                  }),
+                  "slice [0,4) is not a non-empty part");
+}
+
+TEST(ValidatePlanTest, RejectsWrongBytes) {
+  expect_rejected(broken([](Plan& p) { p.ops[0].bytes += 1; }),
+                  "bytes 65 do not match the slice's 64");
+}
+
+TEST(ValidatePlanTest, RejectsASenderWithoutTheData) {
+  expect_rejected(broken([](Plan& p) { p.ops[0].sender = 1; }),
+                  "op 0 (broadcast of task 0): sender 1 does not hold [0,4)x[0,4) at that point");
+}
+
+TEST(ValidatePlanTest, RejectsMissingOrExtraSenders) {
+  expect_rejected(broken([](Plan& p) { p.ops[0].sender.reset(); }), "the sender is missing");
+  expect_rejected(broken([](Plan& p) {
+                    p.ops[0].kind = OpKind::allgather;
+                    p.ops[0].receivers = {2, 3};
+                  }),
+                  "op 0 (allgather of task 0): an allgather has no sender");
+}
+
+TEST(ValidatePlanTest, RejectsBadReceivers) {
+  expect_rejected(broken([](Plan& p) { p.ops[0].receivers.push_back(99); }),
+                  "receiver 99 is not a device of the cluster (0..5)");
+  expect_rejected(broken([](Plan& p) { p.ops[0].receivers.push_back(3); }),
+                  "receiver 3 is listed twice");
+  expect_rejected(broken([](Plan& p) { p.ops[0].receivers.push_back(1); }),
+                  "receiver 1 is not in the destination mesh");
+  expect_rejected(broken([](Plan& p) { p.ops[0].receivers.push_back(0); }),
+                  "device 0 is both sender and receiver; use a copy");
+  expect_rejected(broken([](Plan& p) { p.ops[0].receivers.clear(); }),
+                  "a broadcast has no receivers");
+}
+
+TEST(ValidatePlanTest, RejectsKindsWithTheWrongShape) {
+  expect_rejected(broken([](Plan& p) { p.ops[0].kind = OpKind::send; }),
+                  "op 0 (send of task 0): a send has 4 receivers, expected 1");
+  expect_rejected(broken([](Plan& p) {
+                    p.ops[0].kind = OpKind::copy;
+                    p.ops[0].receivers = {2};
+                  }),
+                  "a copy must have its sender 0 as its only receiver, got [2]");
+  expect_rejected(broken([](Plan& p) { p.ops[0].chunk_bytes = -4; }), "chunk_bytes -4 is negative");
+}
+
+TEST(ValidatePlanTest, RejectsReceivingTwice) {
+  expect_rejected(broken([](Plan& p) {
+                    Op again = p.ops[0];
+                    again.id = 2;
+                    again.receivers = {3};
+                    p.ops.push_back(again);
+                  }),
+                  "op 2 (broadcast of task 0): device 3 receives [0,4)x[0,4) a second time (op 0 "
+                  "delivered it)");
+}
+
+TEST(ValidatePlanTest, RejectsAnIncompletePlan) {
+  expect_rejected(broken([](Plan& p) { p.ops[1].receivers.pop_back(); }),
+                  "device 5 receives 0 of the 16 elements of task 1 (slice [4,8)x[0,4)): the plan "
+                  "is incomplete");
+  expect_rejected(broken([](Plan& p) { p.ops.clear(); }), "device 2 receives 0 of the 16");
+}
+
+TEST(ValidatePlanTest, RejectsReceivingOutsideTheDestinationTile) {
+  // Destination S0R on devices 2, 4: device 4 wants rows [4,8) only, not the top rows.
+  Plan plan = broadcast_plan();
+  plan.problem.dst = Layout{Mesh({2}, {2, 4}), ShardingSpec::parse("S0R")};
+  plan.ops[0].receivers = {2, 4};
+  plan.ops[1].receivers = {4};
+  expect_rejected(plan, "device 4 receives [0,4)x[0,4) outside its destination tile [4,8)x[0,4)");
+}
+
+TEST(ValidatePlanTest, ChecksAllgatherParts) {
+  const Plan plan =
+      make_plan(small_problem(), {.strategy = Strategy::allgather, .balance = Balance::none});
+  ASSERT_NO_THROW(validate_plan(plan));
+  // Task 0's ops: part sends to 2, 3, 4, 5, then allgathers on hosts 1 and 2.
+  ASSERT_EQ(plan.ops[4].kind, OpKind::allgather);
+  EXPECT_EQ(plan.ops[4].receivers, (std::vector<DeviceId>{2, 3}));
+
+  Plan missing_part = plan;
+  missing_part.ops.erase(missing_part.ops.begin() + 1);
+  for (int i = 0; i < static_cast<int>(missing_part.ops.size()); ++i) missing_part.ops[i].id = i;
+  expect_rejected(missing_part,
+                  "op 3 (allgather of task 0): device 3 does not hold its part [2,4)x[0,4) before "
+                  "the allgather");
+
+  Plan two_hosts = plan;
+  two_hosts.ops[4].receivers = {2, 4};
+  expect_rejected(two_hosts, "allgather devices [2,4] are not on one host");
+
+  Plan lonely = plan;
+  lonely.ops[4].receivers = {2};
+  expect_rejected(lonely, "an allgather has 1 devices, expected at least 2");
+}
+
+}  // namespace
+}  // namespace meshcast
