@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include "meshcast/error.h"
 #include "meshcast/tasks/paper_cases.h"
@@ -112,6 +114,23 @@ std::string human_bytes(double bytes) {
     ++u;
   }
   return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+void write_text_file(const std::string& path, std::string_view text) {
+  const std::string temporary = fmt::format("{}.tmp", path);
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) {
+      std::remove(temporary.c_str());
+      throw InvalidArgument(fmt::format("cannot write '{}': expected a writable path", path));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    throw InvalidArgument(fmt::format("cannot write '{}': expected a writable path", path));
+  }
 }
 
 }  // namespace meshcast::cli

@@ -42,4 +42,8 @@ Resharding make_resharding(const LayoutOptions& layout, const ClusterOptions& cl
 // "2.00 GiB (2147483648 B)"-style human sizes for text reports.
 std::string human_bytes(double bytes);
 
+// Writes `text` to `path` whole or not at all (a temporary file renamed into place). Throws
+// InvalidArgument naming the path when it cannot be written.
+void write_text_file(const std::string& path, std::string_view text);
+
 }  // namespace meshcast::cli

@@ -1,0 +1,229 @@
+#include "bench_suite.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "meshcast/error.h"
+#include "meshcast/sim/simulator.h"
+#include "meshcast/tasks/paper_cases.h"
+
+namespace meshcast::cli {
+namespace {
+
+std::vector<std::string_view> split_commas(std::string_view text) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+// A `src` -> `dst` resharding of `tensor` on the paper's cluster, the destination on the hosts
+// after the source's.
+Resharding on_paper_cluster(const TensorSpec& tensor, std::vector<int64_t> src_mesh,
+                            const std::string& src_spec, std::vector<int64_t> dst_mesh,
+                            const std::string& dst_spec, int devices_per_host) {
+  Resharding p;
+  p.tensor = tensor;
+  const int src_hosts = static_cast<int>(src_mesh[0]);
+  const int dst_hosts = static_cast<int>(dst_mesh[0]);
+  p.src =
+      Layout{Mesh::placed(std::move(src_mesh), 0, devices_per_host), ShardingSpec::parse(src_spec)};
+  p.dst = Layout{Mesh::placed(std::move(dst_mesh), src_hosts, devices_per_host),
+                 ShardingSpec::parse(dst_spec)};
+  p.cluster = paper_cluster(src_hosts + dst_hosts);
+  p.cluster.devices_per_host = devices_per_host;
+  p.validate();
+  return p;
+}
+
+std::string mesh_text(const Mesh& mesh) {
+  return fmt::format("({})", fmt::join(mesh.shape(), ","));
+}
+
+std::string describe(const Resharding& p) {
+  return fmt::format("{} {} -> {} {}", mesh_text(p.src.mesh), p.src.spec.to_string(),
+                     mesh_text(p.dst.mesh), p.dst.spec.to_string());
+}
+
+bool wanted(const std::vector<int>& numbers, int number) {
+  return numbers.empty() || std::find(numbers.begin(), numbers.end(), number) != numbers.end();
+}
+
+// A spec of `rank` dims over a (hosts, devices) mesh: each axis shards a random dim or none.
+std::string random_spec(std::mt19937& rng, int rank) {
+  std::vector<std::string> dims(rank);
+  for (int axis = 0; axis < 2; ++axis) {
+    const int dim = static_cast<int>(rng() % (rank + 1));
+    if (dim < rank) dims[dim] += std::to_string(axis);
+  }
+  std::string spec;
+  for (const auto& d : dims) spec += d.empty() ? "R" : fmt::format("S{}", d);
+  return spec;
+}
+
+}  // namespace
+
+std::vector<BenchCase> paper_suite(const std::vector<int>& numbers) {
+  std::vector<BenchCase> suite;
+  for (auto& c : paper_cases())
+    if (wanted(numbers, c.number))
+      suite.push_back({std::to_string(c.number), c.description, std::move(c.problem)});
+  return suite;
+}
+
+std::vector<BenchCase> single_sender_suite() {
+  const std::vector<std::vector<int64_t>> meshes = {{1, 1}, {1, 2}, {1, 3}, {1, 4},
+                                                    {2, 2}, {3, 2}, {4, 2}};
+  const std::vector<std::pair<int64_t, std::string>> sizes = {{int64_t{1} << 30, "1 GiB"},
+                                                              {1'000'000, "1 MB"},
+                                                              {16'000'000, "16 MB"},
+                                                              {64'000'000, "64 MB"}};
+  std::vector<BenchCase> suite;
+  for (const auto& [bytes, size_name] : sizes)
+    for (const auto& mesh : meshes) {
+      const TensorSpec vector{{bytes / 4}, DType::int32};
+      BenchCase c;
+      c.label = fmt::format("{}x{}", mesh[0], mesh[1]);
+      if (bytes != sizes[0].first) c.label += fmt::format("/{}", size_name.substr(0, 2));
+      c.problem = on_paper_cluster(vector, {1, 1}, "R", mesh, "R", 4);
+      c.description = fmt::format("{} {}", describe(c.problem), size_name);
+      suite.push_back(std::move(c));
+    }
+  return suite;
+}
+
+std::vector<BenchCase> random_suite(unsigned seed, int count) {
+  if (count <= 0) throw InvalidArgument(fmt::format("bad --count {}: expected > 0", count));
+  std::mt19937 rng(seed);
+  const auto axis = [&rng] { return static_cast<int64_t>(1 + rng() % 4); };
+  // 512 MiB of int32 whose dims split evenly over any mesh axis up to 4 and products of two.
+  const TensorSpec tensor{{1024, 512, 256}, DType::int32};
+  std::vector<BenchCase> suite;
+  for (int i = 0; i < count; ++i) {
+    const std::vector<int64_t> src{axis(), axis()};
+    const std::vector<int64_t> dst{axis(), axis()};
+    const std::string src_spec = random_spec(rng, 3);
+    const std::string dst_spec = random_spec(rng, 3);
+    BenchCase c;
+    c.label = fmt::format("r{}", i + 1);
+    c.problem = on_paper_cluster(tensor, src, src_spec, dst, dst_spec, 4);
+    c.description = describe(c.problem);
+    suite.push_back(std::move(c));
+  }
+  return suite;
+}
+
+std::vector<BenchCase> grown_paper_suite(const std::vector<int>& numbers, int hosts) {
+  if (hosts < 2 || hosts % 2 != 0)
+    throw InvalidArgument(fmt::format("bad host count {}: expected an even number >= 2", hosts));
+  const int factor = hosts / 2;
+  std::vector<BenchCase> suite;
+  for (const auto& c : paper_cases())
+    if (wanted(numbers, c.number)) {
+      const Resharding& p = c.problem;
+      TensorSpec tensor = p.tensor;
+      tensor.shape[0] *= factor;
+      BenchCase grown;
+      grown.label = std::to_string(c.number);
+      grown.problem =
+          on_paper_cluster(tensor, {p.src.mesh.shape()[0] * factor, 8}, p.src.spec.to_string(),
+                           {p.dst.mesh.shape()[0] * factor, 8}, p.dst.spec.to_string(), 8);
+      grown.description = describe(grown.problem);
+      suite.push_back(std::move(grown));
+    }
+  return suite;
+}
+
+std::string StrategyChoice::name() const {
+  if (strategy != Strategy::broadcast) return std::string(to_string(strategy));
+  return fmt::format("broadcast/{}", to_string(balance));
+}
+
+std::vector<StrategyChoice> all_strategies() {
+  return {{Strategy::send_recv, Balance::size},
+          {Strategy::allgather, Balance::size},
+          {Strategy::broadcast, Balance::none},
+          {Strategy::broadcast, Balance::size},
+          {Strategy::broadcast, Balance::order}};
+}
+
+std::vector<StrategyChoice> parse_strategies(std::string_view text) {
+  const auto known = all_strategies();
+  std::vector<StrategyChoice> chosen;
+  for (std::string_view entry : split_commas(text)) {
+    const std::string name =
+        entry == "broadcast" ? std::string("broadcast/order") : std::string(entry);
+    auto it = std::find_if(known.begin(), known.end(),
+                           [&](const StrategyChoice& s) { return s.name() == name; });
+    if (it == known.end()) {
+      std::vector<std::string> names;
+      for (const auto& s : known) names.push_back(s.name());
+      throw InvalidArgument(fmt::format("bad strategy '{}' in --strategies: expected one of {}",
+                                        entry, fmt::join(names, ", ")));
+    }
+    chosen.push_back(*it);
+  }
+  return chosen;
+}
+
+std::vector<int> parse_case_numbers(std::string_view text) {
+  std::vector<int> numbers;
+  for (std::string_view entry : split_commas(text)) {
+    int n = 0;
+    const auto [end, error] = std::from_chars(entry.data(), entry.data() + entry.size(), n);
+    if (error != std::errc() || end != entry.data() + entry.size() || n < 1 || n > 8)
+      throw InvalidArgument(fmt::format("bad case '{}' in --cases: expected numbers 1..8", entry));
+    numbers.push_back(n);
+  }
+  return numbers;
+}
+
+void check_backend(std::string_view backend) {
+  if (backend != "sim")
+    throw InvalidArgument(fmt::format("bad --backend '{}': expected sim", backend));
+}
+
+double BenchRow::effective_gbps() const {
+  return bytes_to_gbps(static_cast<double>(tensor_bytes) / time_s);
+}
+
+BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
+                     std::string_view backend) {
+  check_backend(backend);
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  BenchRow row{.label = bench_case.label, .description = bench_case.description, .choice = choice};
+  row.tensor_bytes = bench_case.problem.tensor.bytes();
+  const auto planning = Clock::now();
+  const Plan plan = make_plan(bench_case.problem,
+                              PlanOptions{.strategy = choice.strategy, .balance = choice.balance});
+  row.plan_s = seconds_since(planning);
+  row.ops = static_cast<int64_t>(plan.ops.size());
+  row.lower_bound_s = plan.lower_bound_s;
+  const auto measuring = Clock::now();
+  row.time_s = simulate(plan).time_s;
+  row.measure_s = seconds_since(measuring);
+  return row;
+}
+
+void fill_speedups(std::vector<BenchRow>& rows) {
+  std::map<std::string, double> send_recv;
+  for (const auto& r : rows)
+    if (r.choice.strategy == Strategy::send_recv) send_recv[r.label] = r.time_s;
+  for (auto& r : rows) {
+    auto it = send_recv.find(r.label);
+    r.speedup = it == send_recv.end() ? 0 : it->second / r.time_s;
+  }
+}
+
+}  // namespace meshcast::cli

@@ -1,0 +1,78 @@
+// The suites of `meshcast bench`: their cases, the strategies they compare, and one row per
+// (case, strategy) with the time a backend gives it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshcast/plan/planner.h"
+
+namespace meshcast::cli {
+
+struct BenchCase {
+  std::string label;  // "1".."8" for the paper suite, "1x4" for single-sender, "r3" for random
+  std::string description;
+  Resharding problem;
+};
+
+// The paper's cases (PAPER.md), all or those numbered in `numbers`.
+std::vector<BenchCase> paper_suite(const std::vector<int>& numbers);
+// PAPER.md's single-sender cases: one device broadcasts an int32 vector to (hosts, devices)
+// meshes, at 1 GiB and at 1, 16 and 64 MB.
+std::vector<BenchCase> single_sender_suite();
+// `count` random (hosts, devices) -> (hosts, devices) reshardings of a 512 MiB 3-D int32 tensor
+// on the paper's cluster, reproducible from `seed`.
+std::vector<BenchCase> random_suite(unsigned seed, int count);
+// The paper's cases with both meshes grown so that a 2-host mesh becomes `hosts` hosts of 8
+// devices, and dim 0 grown with them (same bytes per host).
+std::vector<BenchCase> grown_paper_suite(const std::vector<int>& numbers, int hosts);
+
+// A strategy with its balance mode: "send_recv", "allgather", "broadcast/none", ...
+struct StrategyChoice {
+  Strategy strategy = Strategy::broadcast;
+  Balance balance = Balance::order;
+
+  std::string name() const;
+  bool operator==(const StrategyChoice&) const = default;
+};
+
+// send_recv, allgather, broadcast/none, broadcast/size, broadcast/order: the paper's comparison.
+std::vector<StrategyChoice> all_strategies();
+// Comma-separated names as printed by StrategyChoice::name ("broadcast" alone means
+// broadcast/order). Throws InvalidArgument naming the bad entry.
+std::vector<StrategyChoice> parse_strategies(std::string_view text);
+// "1,7" -> {1, 7}; throws InvalidArgument unless every entry is in 1..8.
+std::vector<int> parse_case_numbers(std::string_view text);
+
+// Where a row's time comes from. Only "sim" (the flow-level simulator) is built in; executors
+// that run the plan for real plug in at measure_row.
+void check_backend(std::string_view backend);
+
+struct BenchRow {
+  std::string label;
+  std::string description;
+  StrategyChoice choice;
+  int64_t tensor_bytes = 0;
+  int64_t ops = 0;
+  double time_s = 0;  // from the backend
+  double lower_bound_s = 0;
+  double plan_s = 0;     // wall-clock seconds make_plan took
+  double measure_s = 0;  // wall-clock seconds the backend took
+  double speedup = 0;    // send_recv's time / this row's time; 0 when send_recv was not run
+
+  double ratio() const { return time_s / lower_bound_s; }
+  // Tensor bits over time, as PAPER.md reports it.
+  double effective_gbps() const;
+};
+
+// Plans `bench_case` with `choice` and times it on `backend`: the one place a row's time is
+// obtained.
+BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
+                     std::string_view backend);
+
+// Fills each row's speedup from the send_recv row of its case.
+void fill_speedups(std::vector<BenchRow>& rows);
+
+}  // namespace meshcast::cli

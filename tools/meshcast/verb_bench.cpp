@@ -1,0 +1,235 @@
+// `meshcast bench`: every case of a suite with every strategy, timed by a backend (the simulator
+// by default), as a table, JSON or an SVG chart.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "bench_chart.h"
+#include "bench_suite.h"
+#include "cli_common.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/version.h"
+#include "verbs.h"
+
+namespace meshcast::cli {
+namespace {
+
+struct BenchOptions {
+  std::string suite = "paper";
+  unsigned seed = 1;
+  int count = 10;
+  std::string cases;
+  std::string strategies;
+  bool scale = false;
+  std::string scale_hosts = "64,512";
+  int64_t max_tasks = 1'000'000;
+  std::string backend = "sim";
+  bool json = false;
+  std::string svg;
+};
+
+// A case of the --scale suite that is not run, and why.
+struct Skipped {
+  std::string label;
+  std::string description;
+  std::string reason;
+};
+
+// A progress line on stderr while rows run, only when stderr is a terminal.
+class Progress {
+ public:
+  explicit Progress(size_t total) : total_(total), shown_(isatty(STDERR_FILENO) != 0) {}
+  ~Progress() {
+    if (shown_) fmt::print(stderr, "\r\033[K");
+  }
+  void step(const BenchCase& c, const StrategyChoice& s) {
+    ++done_;
+    if (shown_)
+      fmt::print(stderr, "\r\033[K[{}/{}] case {} {} {}", done_, total_, c.label, c.description,
+                 s.name());
+  }
+
+ private:
+  size_t total_;
+  size_t done_ = 0;
+  bool shown_;
+};
+
+// At most this many unit tasks: the product over dims of (source parts + destination parts - 1).
+int64_t task_upper_bound(const Resharding& p) {
+  int64_t bound = 1;
+  for (int d = 0; d < p.tensor.rank(); ++d)
+    bound *= std::min(p.tensor.shape[d], p.src.parts_of(d) + p.dst.parts_of(d) - 1);
+  return bound;
+}
+
+std::vector<int> parse_host_counts(const std::string& text) {
+  std::vector<int> hosts;
+  for (const auto& part : CLI::detail::split(text, ',')) {
+    try {
+      size_t used = 0;
+      const int h = std::stoi(part, &used);
+      if (used != part.size() || h < 2 || h % 2 != 0) throw std::invalid_argument(part);
+      hosts.push_back(h);
+    } catch (const std::exception&) {
+      throw InvalidArgument(
+          fmt::format("bad host count '{}' in --scale-hosts: expected even numbers >= 2", part));
+    }
+  }
+  return hosts;
+}
+
+std::string cluster_line(const Cluster& c) {
+  return fmt::format("{} devices per host, {:g} Gbps NIC, {:g} Gbps device links, {:g} us latency",
+                     c.devices_per_host, bytes_to_gbps(c.nic_bandwidth),
+                     bytes_to_gbps(c.device_bandwidth), c.latency * 1e6);
+}
+
+void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
+                 const std::vector<BenchRow>& rows, const std::vector<Skipped>& skipped) {
+  fmt::print("suite {}{}, backend {}; cluster: {}\n", o.suite, o.scale ? " --scale" : "", o.backend,
+             suite.empty() ? "-" : cluster_line(suite.front().problem.cluster));
+  size_t width = 6;
+  for (const auto& r : rows) width = std::max(width, r.description.size());
+  fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8} {:>7} {:>8}", "case", "layout", width, "strategy",
+             "time (s)", "Gbps", "/bound", "speedup");
+  if (o.scale) fmt::print(" {:>8} {:>9} {:>9}", "ops", "plan (s)", "sim (s)");
+  fmt::print("\n");
+  for (const auto& r : rows) {
+    fmt::print("{:<6} {:<{}} {:<16} {:>10.4f} {:>8.2f} {:>7.3f} {:>8}", r.label, r.description,
+               width, r.choice.name(), r.time_s, r.effective_gbps(), r.ratio(),
+               r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-");
+    if (o.scale) fmt::print(" {:>8} {:>9.3f} {:>9.3f}", r.ops, r.plan_s, r.measure_s);
+    fmt::print("\n");
+  }
+  for (const auto& s : skipped)
+    fmt::print("{:<6} {:<{}} skipped: {}\n", s.label, s.description, width, s.reason);
+  fmt::print(
+      "time: {}; Gbps: tensor bits / time; /bound: time / lower bound; speedup: send_recv's "
+      "time / time\n",
+      o.backend == "sim" ? "simulated" : "measured");
+}
+
+nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suite,
+                       const std::vector<BenchRow>& rows, const std::vector<Skipped>& skipped) {
+  const bool numbered = o.suite == "paper";
+  const auto case_json = [&](const std::string& label) {
+    return numbered ? nlohmann::json(std::stoi(label)) : nlohmann::json(label);
+  };
+  nlohmann::json j = {{"meshcast_version", kVersion},
+                      {"suite", o.suite},
+                      {"scale", o.scale},
+                      {"backend", o.backend}};
+  if (!suite.empty()) j["cluster"] = cluster_to_json(suite.front().problem.cluster);
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : rows) {
+    j["rows"].push_back({{"case", case_json(r.label)},
+                         {"layout", r.description},
+                         {"strategy", to_string(r.choice.strategy)},
+                         {"balance", to_string(r.choice.balance)},
+                         {"time_s", r.time_s},
+                         {"lower_bound_s", r.lower_bound_s},
+                         {"ratio", r.ratio()},
+                         {"effective_gbps", r.effective_gbps()},
+                         {"speedup", r.speedup > 0 ? nlohmann::json(r.speedup) : nullptr},
+                         {"tensor_bytes", r.tensor_bytes},
+                         {"ops", r.ops},
+                         {"plan_s", r.plan_s},
+                         {"measure_s", r.measure_s}});
+  }
+  j["skipped"] = nlohmann::json::array();
+  for (const auto& s : skipped)
+    j["skipped"].push_back(
+        {{"case", case_json(s.label)}, {"layout", s.description}, {"reason", s.reason}});
+  return j;
+}
+
+void run_bench(const BenchOptions& o) {
+  check_backend(o.backend);
+  const auto strategies = o.strategies.empty() ? all_strategies() : parse_strategies(o.strategies);
+  const auto numbers = o.cases.empty() ? std::vector<int>{} : parse_case_numbers(o.cases);
+  if (!o.cases.empty() && o.suite != "paper")
+    throw InvalidArgument(fmt::format("--cases picks paper cases; suite '{}' has none", o.suite));
+  if (o.scale && o.suite != "paper")
+    throw InvalidArgument(fmt::format("--scale grows the paper suite, not '{}'", o.suite));
+  if (o.max_tasks <= 0)
+    throw InvalidArgument(fmt::format("bad --max-tasks {}: expected > 0", o.max_tasks));
+
+  std::vector<BenchCase> suite;
+  if (o.scale) {
+    for (int hosts : parse_host_counts(o.scale_hosts))
+      for (auto& c : grown_paper_suite(numbers, hosts)) suite.push_back(std::move(c));
+  } else if (o.suite == "paper") {
+    suite = paper_suite(numbers);
+  } else if (o.suite == "single-sender") {
+    suite = single_sender_suite();
+  } else if (o.suite == "random") {
+    suite = random_suite(o.seed, o.count);
+  } else {
+    throw InvalidArgument(
+        fmt::format("bad --suite '{}': expected paper, single-sender or random", o.suite));
+  }
+
+  std::vector<BenchRow> rows;
+  std::vector<Skipped> skipped;
+  {
+    Progress progress(suite.size() * strategies.size());
+    for (const auto& c : suite) {
+      if (const int64_t tasks = task_upper_bound(c.problem); tasks > o.max_tasks) {
+        skipped.push_back(
+            {c.label, c.description,
+             fmt::format("up to {} unit tasks, over --max-tasks {}", tasks, o.max_tasks)});
+        continue;
+      }
+      for (const auto& s : strategies) {
+        progress.step(c, s);
+        rows.push_back(measure_row(c, s, o.backend));
+      }
+    }
+  }
+  fill_speedups(rows);
+
+  if (!o.svg.empty()) {
+    const std::string title =
+        fmt::format("meshcast bench --suite {}: effective bandwidth per case ({})", o.suite,
+                    o.backend == "sim" ? "simulated" : o.backend);
+    write_text_file(o.svg, bench_chart_svg(rows, title));
+  }
+  if (o.json)
+    std::cout << to_json(o, suite, rows, skipped).dump() << '\n';
+  else
+    print_table(o, suite, rows, skipped);
+}
+
+}  // namespace
+
+void add_bench_verb(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* verb = app.add_subcommand(
+      "bench", "Time every case of a suite with every strategy (simulated by default)");
+  verb->add_option("--suite", o->suite, "paper | single-sender | random")->capture_default_str();
+  verb->add_option("--seed", o->seed, "Seed of the random suite")->capture_default_str();
+  verb->add_option("--count", o->count, "Cases of the random suite")->capture_default_str();
+  verb->add_option("--cases", o->cases, "Paper cases to run, e.g. 1,7 (default: all)");
+  verb->add_option("--strategies", o->strategies,
+                   "Comma-separated: send_recv, allgather, broadcast/none, broadcast/size, "
+                   "broadcast/order (default: all)");
+  verb->add_flag("--scale", o->scale,
+                 "Grow the paper cases to --scale-hosts hosts of 8 devices and report planning "
+                 "and simulation time");
+  verb->add_option("--scale-hosts", o->scale_hosts, "Host counts a 2-host mesh grows to")
+      ->capture_default_str();
+  verb->add_option("--max-tasks", o->max_tasks,
+                   "With --scale, skip (and say so) cases that may have more unit tasks")
+      ->capture_default_str();
+  verb->add_option("--backend", o->backend, "Where times come from: sim")->capture_default_str();
+  verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
+  verb->add_option("--svg", o->svg, "Write a grouped bar chart of effective bandwidth here");
+  verb->callback([o] { run_bench(*o); });
+}
+
+}  // namespace meshcast::cli
