@@ -42,6 +42,24 @@ check bad-dtype 2 "bad dtype 'int33'" -- "$MESHCAST" tasks --shape 4 --dtype int
 check missing-option 2 "missing --dst-spec" -- "$MESHCAST" tasks --shape 4 --src-mesh 2 --src-spec S0
 check paper-case 0 "unit tasks: 64" -- "$MESHCAST" tasks --paper-case 4
 check bad-paper-case 2 "bad --paper-case 9: expected 1..8" -- "$MESHCAST" tasks --paper-case 9
+# plan: text summary, document, loading and checking plan files.
+PLAN_DIR=$(mktemp -d)
+trap 'rm -rf "$PLAN_DIR"' EXIT
+SMALL=(--shape 8 --src-mesh 2 --src-spec S0 --dst-mesh 2 --dst-spec R)
+check plan-text 0 "strategy broadcast, balance order: 4 ops \(broadcast 4\)" -- "$MESHCAST" plan --paper-case 7 --scale 16
+check plan-ratio 0 "estimate: .*x the lower bound" -- "$MESHCAST" plan --paper-case 7 --scale 16
+check plan-host-bytes 0 "host +0: out +1.00 GiB" -- "$MESHCAST" plan --paper-case 7 --scale 16 --strategy send_recv
+check plan-json 0 '"lower_bound_s":.*"meshcast_version":.*"kind":"send"' -- "$MESHCAST" plan "${SMALL[@]}" --strategy send_recv --json
+"$MESHCAST" plan "${SMALL[@]}" --strategy send_recv --balance none --json >"$PLAN_DIR/p.json"
+check plan-check 0 "valid plan, 4 ops" -- "$MESHCAST" plan --check "$PLAN_DIR/p.json"
+check plan-load 0 "strategy send_recv, balance none: 4 ops" -- "$MESHCAST" plan --plan "$PLAN_DIR/p.json"
+sed 's/"sender":0/"sender":1/' "$PLAN_DIR/p.json" >"$PLAN_DIR/broken.json"
+check plan-check-broken 2 "op 0 \(send of task 0\): sender 1 does not hold \[0,4\)" -- "$MESHCAST" plan --check "$PLAN_DIR/broken.json"
+check plan-check-missing 2 "cannot read plan file" -- "$MESHCAST" plan --check "$PLAN_DIR/none.json"
+check plan-bad-strategy 2 "bad strategy 'teleport': expected one of send_recv, allgather, broadcast" -- "$MESHCAST" plan "${SMALL[@]}" --strategy teleport
+check plan-bad-balance 2 "bad balance 'fast': expected one of none, size, order" -- "$MESHCAST" plan "${SMALL[@]}" --balance fast
+check plan-bad-chunk 2 "bad chunk bytes -1" -- "$MESHCAST" plan "${SMALL[@]}" --chunk-bytes -1
+
 check unknown-verb 2 "" -- "$MESHCAST" teleport
 check help 0 "Usage" -- "$MESHCAST" --help
 check version 0 "[0-9]+\.[0-9]+\.[0-9]+" -- "$MESHCAST" --version

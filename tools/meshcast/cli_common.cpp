@@ -7,6 +7,9 @@
 #include <fstream>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/plan/validate.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast::cli {
@@ -104,6 +107,52 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
   p.dst = Layout{std::move(dst), ShardingSpec::parse(o.dst_spec)};
   p.validate();
   return p;
+}
+
+void add_plan_source_options(CLI::App& verb, PlanSourceOptions& o) {
+  add_layout_options(verb, o.layout);
+  add_cluster_options(verb, o.cluster);
+  verb.add_option("--strategy", o.strategy, "send_recv|allgather|broadcast")->capture_default_str();
+  verb.add_option("--balance", o.balance,
+                  "none|size|order (default: order for broadcast, size otherwise)");
+  verb.add_flag("--split", o.split,
+                "Let several replica hosts each send a part of a slice when that is faster");
+  verb.add_option("--search-ms", o.search_ms, "Improvement search budget of --balance order, ms")
+      ->capture_default_str();
+  verb.add_option("--chunk-bytes", o.chunk_bytes, "Broadcast pipelining chunk (0: automatic)")
+      ->capture_default_str();
+  verb.add_option("--plan", o.plan_file,
+                  "Load this plan document instead of planning (the layout options are ignored)");
+}
+
+Plan load_plan_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(fmt::format("cannot read plan file '{}': no such file", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError(fmt::format("plan file '{}' is not JSON: {}", path, e.what()));
+  }
+  try {
+    Plan plan = plan_from_json(j);
+    validate_plan(plan);
+    return plan;
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("plan file '{}': {}", path, e.what()));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("plan file '{}': {}", path, e.what()));
+  }
+}
+
+Plan plan_from_options(const PlanSourceOptions& o) {
+  if (!o.plan_file.empty()) return load_plan_file(o.plan_file);
+  PlanOptions options{.strategy = parse_strategy(o.strategy),
+                      .split = o.split,
+                      .chunk_bytes = o.chunk_bytes,
+                      .search_ms = o.search_ms};
+  if (!o.balance.empty()) options.balance = parse_balance(o.balance);
+  return make_plan(make_resharding(o.layout, o.cluster), options);
 }
 
 std::string human_bytes(double bytes) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "meshcast/plan/plan.h"
 #include "meshcast/tasks/unit_task.h"
 
 namespace meshcast::cli {
@@ -38,6 +39,30 @@ void add_cluster_options(CLI::App& verb, ClusterOptions& options);
 // The resharding the options describe, with hosts counted from the meshes and bandwidths from
 // `cluster`. Throws InvalidArgument naming the bad option.
 Resharding make_resharding(const LayoutOptions& layout, const ClusterOptions& cluster = {});
+
+// How a verb gets its plan: loaded from --plan, or made by make_plan from the layout, cluster
+// and planner options (shared by plan, simulate and run).
+struct PlanSourceOptions {
+  LayoutOptions layout;
+  ClusterOptions cluster;
+  std::string strategy = "broadcast";
+  std::string balance;  // empty: the strategy's default (PlanOptions)
+  bool split = false;
+  double search_ms = 10;
+  int64_t chunk_bytes = 0;
+  std::string plan_file;  // --plan: a plan document replaces all options above
+};
+
+// Adds the layout and cluster options, --strategy, --balance, --split, --search-ms,
+// --chunk-bytes and --plan.
+void add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
+
+// Reads a plan document (docs/json.md) and validates it. Throws ParseError or InvalidArgument
+// naming the file and the problem.
+Plan load_plan_file(const std::string& path);
+
+// The plan of --plan, or make_plan over the options. Throws InvalidArgument naming a bad option.
+Plan plan_from_options(const PlanSourceOptions& options);
 
 // "2.00 GiB (2147483648 B)"-style human sizes for text reports.
 std::string human_bytes(double bytes);
