@@ -1,0 +1,47 @@
+// Tile buffers of a resharding and the fill/check pattern that tests, the CLI and benchmarks use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "meshcast/runtime/executor.h"
+
+namespace meshcast {
+
+// The boxes one device holds: its tile of the source and of the destination layout. A device
+// outside a mesh gets an empty box of the tensor's rank.
+struct DeviceTiles {
+  Box src;
+  Box dst;
+};
+DeviceTiles tiles_of(const Resharding& problem, DeviceId device);
+
+// Tile memory owned by the caller of an executor.
+struct TileBuffers {
+  DeviceId device = 0;
+  std::vector<std::byte> src;
+  std::vector<std::byte> dst;
+};
+
+// Buffers sized for each device's tiles (zero-filled).
+std::vector<TileBuffers> allocate_tile_buffers(const Resharding& problem,
+                                               const std::vector<DeviceId>& devices);
+std::vector<DeviceBuffers> buffer_views(std::vector<TileBuffers>& buffers);
+
+// The pattern: element g (row-major global index) holds the low `elem_size` bytes of a 64-bit
+// hash of g, so a misplaced, missing or stale element is caught whatever the dtype.
+void fill_pattern(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                  std::span<std::byte> buffer);
+// Elements of `box` in `buffer` that differ from the pattern.
+int64_t count_pattern_errors(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                             std::span<const std::byte> buffer);
+
+// Every source tile filled with the pattern and every destination tile with a poison byte.
+void prepare_tiles(const Resharding& problem, std::vector<TileBuffers>& buffers);
+// Pattern errors over every destination tile of `buffers`.
+int64_t count_destination_errors(const Resharding& problem,
+                                 const std::vector<TileBuffers>& buffers);
+
+}  // namespace meshcast

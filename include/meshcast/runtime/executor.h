@@ -1,0 +1,69 @@
+// Executor: the backend-neutral interface that plays a Plan on real tile buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "meshcast/plan/plan.h"
+
+namespace meshcast {
+
+// The buffers of one device: its source tile (read) and destination tile (written), each
+// row-major over the tile's box. A device outside a mesh has an empty tile and an empty span.
+struct DeviceBuffers {
+  DeviceId device = 0;
+  std::span<const std::byte> src = {};
+  std::span<std::byte> dst = {};
+};
+
+struct RunTiming {
+  double seconds = 0;  // from start() until this process's devices finished all their ops
+};
+
+// A Plan compiled once for one executor: groups, chunking, staging and pack buffers, MPI
+// communicators and datatypes persist, so running it again neither plans nor allocates.
+class CompiledPlan {
+ public:
+  virtual ~CompiledPlan() = default;
+
+  // Devices whose buffers this process passes: every device of the plan in-process, the rank's
+  // own device under MPI.
+  virtual const std::vector<DeviceId>& devices_here() const = 0;
+
+  // Starts playing the plan and returns. Throws InvalidArgument, before any byte moves, when a
+  // device with a non-empty tile is missing or a buffer's size differs from its tile's bytes.
+  // The buffers must stay alive and untouched until wait() returns.
+  virtual void start(std::span<const DeviceBuffers> buffers) = 0;
+  // Blocks until this process's part of the run started last is done.
+  virtual RunTiming wait() = 0;
+  // start() then wait(); a backend may run it on the calling thread.
+  virtual RunTiming run(std::span<const DeviceBuffers> buffers) {
+    start(buffers);
+    return wait();
+  }
+};
+
+// A communicator-like context, created once per process and reused for many plans.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual std::string_view backend() const = 0;
+  // Throws InvalidArgument when the plan is malformed for execution (a device outside the
+  // cluster, a sender that does not hold its box at that point) or does not fit the context
+  // (an MPI rank count that differs from the cluster's devices).
+  virtual std::unique_ptr<CompiledPlan> compile(const Plan& plan) = 0;
+
+  // Collectives over the processes of the context (trivial in-process), for timing and reports.
+  virtual void barrier() = 0;
+  virtual double max_over_processes(double value) = 0;
+  virtual int64_t sum_over_processes(int64_t value) = 0;
+  // The one process that prints reports (rank 0).
+  virtual bool is_leader() const = 0;
+};
+
+}  // namespace meshcast

@@ -1,0 +1,27 @@
+// The Open MPI executor: one rank per device of the plan's cluster, rank r plays device r.
+#pragma once
+
+#include <memory>
+
+#include "meshcast/runtime/executor.h"
+
+namespace meshcast {
+
+enum class MpiBroadcast {
+  chain,      // our chunked chain over point-to-point, receivers in plan order (the default)
+  mpi_bcast,  // MPI_Bcast on a communicator of the op's devices, created once and cached
+};
+
+struct MpiOptions {
+  MpiBroadcast broadcast = MpiBroadcast::chain;
+};
+
+// Initializes MPI on first use (thread level serialized or better, finalized at exit) and
+// duplicates MPI_COMM_WORLD. Every rank walks its ops in plan order and completes each before
+// the next, so any plan place_plan accepts runs without deadlock. Tags are (plan slot, op index),
+// checked against MPI_TAG_UB; allgathers run on cached communicators of their devices. compile()
+// is collective over the ranks of the plan's ops and throws InvalidArgument on every rank when
+// the number of ranks differs from the cluster's devices.
+std::unique_ptr<Executor> make_mpi_executor(const MpiOptions& options = {});
+
+}  // namespace meshcast

@@ -1,0 +1,52 @@
+// Where each op of a plan reads and writes on every device: the backend-neutral part of compiling.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "meshcast/plan/plan.h"
+#include "meshcast/runtime/buffers.h"
+
+namespace meshcast {
+
+enum class BufferKind : uint8_t { src, dst, staging };
+
+// Memory of one device that holds part of the tensor: its source tile, its destination tile or
+// one of its staging buffers, laid out row-major over `box`.
+struct Place {
+  DeviceId device = 0;
+  BufferKind kind = BufferKind::src;
+  int staging = -1;  // index into Placement::staging[device]
+  Box box = {};
+
+  bool operator==(const Place&) const = default;
+};
+
+// A receiver keeps what it gets in its destination tile when the box lies inside it; otherwise
+// (a relay outside the destination mesh, an allgather member that only forwards) in a staging
+// buffer made for that op, and the part that does fall inside its tile is copied there too.
+struct OpPlacement {
+  std::optional<Place> source;      // send, broadcast, copy: where the sender reads the slice
+  std::vector<Place> part_sources;  // allgather: where receiver i holds allgather_part(slice, n, i)
+  std::vector<Place> targets;       // where receiver i keeps the slice
+  std::vector<std::optional<Box>> spills;  // receiver i: slice ∩ its dst tile, when staged
+};
+
+struct Placement {
+  std::vector<OpPlacement> ops;           // one per plan op, in plan order
+  std::vector<DeviceTiles> tiles;         // per device of the cluster
+  std::vector<std::vector<Box>> staging;  // per device: the boxes of its staging buffers
+  std::vector<std::vector<int>> ops_of;   // per device: indices of its ops, in plan order
+};
+
+// Devices that take part in an op: the sender (if any) first, then the receivers (a copy's
+// device once).
+std::vector<DeviceId> participants(const Op& op);
+
+// Follows the plan in order, tracking what each device holds. Throws InvalidArgument naming the
+// op when a device is outside the cluster, an op has the wrong participants for its kind, or a
+// device must send a box it does not hold at that point.
+Placement place_plan(const Plan& plan);
+
+}  // namespace meshcast

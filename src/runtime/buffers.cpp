@@ -1,0 +1,115 @@
+#include "meshcast/runtime/buffers.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace meshcast {
+namespace {
+
+constexpr std::byte kPoison{0xA5};
+
+uint64_t pattern_value(int64_t global_index) {
+  // splitmix64: neighbouring indices get unrelated bytes.
+  uint64_t x = static_cast<uint64_t>(global_index) + 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Calls visit(global_index, byte_offset) for every element of `box`, row-major, with the inner
+// dimension as a straight loop.
+template <typename Visit>
+void for_each_element(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                      Visit visit) {
+  if (box.empty()) return;
+  const int rank = box.rank();
+  std::vector<int64_t> index(rank);
+  for (int d = 0; d < rank; ++d) index[d] = box.dims[d].lo;
+  const int64_t inner = box.dims[rank - 1].size();
+  int64_t offset = 0;
+  while (true) {
+    int64_t g = 0;
+    for (int d = 0; d < rank; ++d) g = g * shape[d] + index[d];
+    for (int64_t i = 0; i < inner; ++i, offset += elem_size) visit(g + i, offset);
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++index[d] < box.dims[d].hi) break;
+      index[d] = box.dims[d].lo;
+    }
+    if (d < 0) return;
+  }
+}
+
+}  // namespace
+
+DeviceTiles tiles_of(const Resharding& problem, DeviceId device) {
+  Box empty = full_box(problem.tensor.shape);
+  for (auto& d : empty.dims) d = {0, 0};
+  DeviceTiles tiles{empty, empty};
+  const auto find = [&](const Layout& layout, Box& tile) {
+    const auto& devices = layout.mesh.devices();
+    const auto it = std::find(devices.begin(), devices.end(), device);
+    if (it != devices.end()) tile = tile_at(problem.tensor, layout, it - devices.begin());
+  };
+  find(problem.src, tiles.src);
+  find(problem.dst, tiles.dst);
+  return tiles;
+}
+
+std::vector<TileBuffers> allocate_tile_buffers(const Resharding& problem,
+                                               const std::vector<DeviceId>& devices) {
+  const int64_t elem = dtype_size(problem.tensor.dtype);
+  std::vector<TileBuffers> buffers;
+  buffers.reserve(devices.size());
+  for (DeviceId d : devices) {
+    const DeviceTiles tiles = tiles_of(problem, d);
+    buffers.push_back({d, std::vector<std::byte>(tiles.src.volume() * elem),
+                       std::vector<std::byte>(tiles.dst.volume() * elem)});
+  }
+  return buffers;
+}
+
+std::vector<DeviceBuffers> buffer_views(std::vector<TileBuffers>& buffers) {
+  std::vector<DeviceBuffers> views;
+  views.reserve(buffers.size());
+  for (auto& b : buffers) views.push_back({b.device, b.src, b.dst});
+  return views;
+}
+
+void fill_pattern(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                  std::span<std::byte> buffer) {
+  for_each_element(box, shape, elem_size, [&](int64_t g, int64_t offset) {
+    const uint64_t v = pattern_value(g);
+    std::memcpy(buffer.data() + offset, &v, elem_size);
+  });
+}
+
+int64_t count_pattern_errors(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                             std::span<const std::byte> buffer) {
+  int64_t errors = 0;
+  for_each_element(box, shape, elem_size, [&](int64_t g, int64_t offset) {
+    const uint64_t v = pattern_value(g);
+    errors += std::memcmp(buffer.data() + offset, &v, elem_size) != 0;
+  });
+  return errors;
+}
+
+void prepare_tiles(const Resharding& problem, std::vector<TileBuffers>& buffers) {
+  const int elem = dtype_size(problem.tensor.dtype);
+  for (auto& b : buffers) {
+    fill_pattern(tiles_of(problem, b.device).src, problem.tensor.shape, elem, b.src);
+    std::fill(b.dst.begin(), b.dst.end(), kPoison);
+  }
+}
+
+int64_t count_destination_errors(const Resharding& problem,
+                                 const std::vector<TileBuffers>& buffers) {
+  const int elem = dtype_size(problem.tensor.dtype);
+  int64_t errors = 0;
+  for (const auto& b : buffers)
+    errors +=
+        count_pattern_errors(tiles_of(problem, b.device).dst, problem.tensor.shape, elem, b.dst);
+  return errors;
+}
+
+}  // namespace meshcast

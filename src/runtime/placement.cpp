@@ -1,0 +1,127 @@
+#include "meshcast/runtime/placement.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshcast/error.h"
+
+namespace meshcast {
+namespace {
+
+std::vector<DeviceTiles> all_device_tiles(const Resharding& p) {
+  Box empty = full_box(p.tensor.shape);
+  for (auto& d : empty.dims) d = {0, 0};
+  std::vector<DeviceTiles> tiles(p.cluster.devices(), DeviceTiles{empty, empty});
+  for (int64_t i = 0; i < p.src.mesh.size(); ++i)
+    tiles[p.src.mesh.device_at(i)].src = tile_at(p.tensor, p.src, i);
+  for (int64_t i = 0; i < p.dst.mesh.size(); ++i)
+    tiles[p.dst.mesh.device_at(i)].dst = tile_at(p.tensor, p.dst, i);
+  return tiles;
+}
+
+void check_op_shape(const Op& op, const Resharding& p, int index) {
+  const auto fail = [&](std::string_view what) {
+    throw InvalidArgument(
+        fmt::format("plan op {} (id {}, {}): {}", index, op.id, to_string(op.kind), what));
+  };
+  if (op.receivers.empty()) fail("has no receivers");
+  if (op.kind == OpKind::allgather) {
+    if (op.sender) fail(fmt::format("an allgather has no sender, but it names {}", *op.sender));
+  } else if (!op.sender) {
+    fail("has no sender");
+  }
+  if ((op.kind == OpKind::send || op.kind == OpKind::copy) && op.receivers.size() != 1)
+    fail(fmt::format("expected 1 receiver, got {}", op.receivers.size()));
+  if (op.kind == OpKind::copy && *op.sender != op.receivers[0])
+    fail(
+        fmt::format("a copy needs sender == receiver, got {} and {}", *op.sender, op.receivers[0]));
+  auto devices = participants(op);
+  for (DeviceId d : devices)
+    if (d < 0 || d >= p.cluster.devices())
+      fail(fmt::format("device {} is outside the cluster's {} devices", d, p.cluster.devices()));
+  std::sort(devices.begin(), devices.end());
+  if (auto dup = std::adjacent_find(devices.begin(), devices.end()); dup != devices.end())
+    fail(fmt::format("device {} appears twice", *dup));
+  if (!full_box(p.tensor.shape).contains(op.slice) || op.slice.empty())
+    fail(fmt::format("slice {} is empty or outside the tensor {}", to_string(op.slice),
+                     shape_to_string(p.tensor.shape, 'x')));
+}
+
+// What each device holds, in the order it received it; a device's source tile always counts.
+class Holdings {
+ public:
+  explicit Holdings(const std::vector<DeviceTiles>& tiles) : tiles_(tiles), held_(tiles.size()) {}
+
+  Place find(DeviceId d, const Box& box, const Op& op) const {
+    if (tiles_[d].src.contains(box)) return {d, BufferKind::src, -1, tiles_[d].src};
+    for (auto it = held_[d].rbegin(); it != held_[d].rend(); ++it)
+      if (it->first.contains(box)) return it->second;
+    throw InvalidArgument(fmt::format(
+        "plan op id {} ({}): device {} must send {}, but it does not hold it at this point (its "
+        "source tile is {})",
+        op.id, to_string(op.kind), d, to_string(box), to_string(tiles_[d].src)));
+  }
+  void add(const Box& box, const Place& place) { held_[place.device].emplace_back(box, place); }
+
+ private:
+  const std::vector<DeviceTiles>& tiles_;
+  std::vector<std::vector<std::pair<Box, Place>>> held_;
+};
+
+}  // namespace
+
+std::vector<DeviceId> participants(const Op& op) {
+  std::vector<DeviceId> devices;
+  devices.reserve(op.receivers.size() + 1);
+  if (op.sender) devices.push_back(*op.sender);
+  if (op.kind == OpKind::copy) return devices;
+  devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
+  return devices;
+}
+
+Placement place_plan(const Plan& plan) {
+  const Resharding& p = plan.problem;
+  Placement out;
+  out.tiles = all_device_tiles(p);
+  out.staging.resize(out.tiles.size());
+  out.ops_of.resize(out.tiles.size());
+  out.ops.reserve(plan.ops.size());
+  Holdings holdings(out.tiles);
+  for (int k = 0; k < static_cast<int>(plan.ops.size()); ++k) {
+    const Op& op = plan.ops[k];
+    check_op_shape(op, p, k);
+    for (DeviceId d : participants(op))
+      if (out.ops_of[d].empty() || out.ops_of[d].back() != k) out.ops_of[d].push_back(k);
+    OpPlacement placed;
+    const int n = static_cast<int>(op.receivers.size());
+    if (op.kind == OpKind::allgather) {
+      for (int i = 0; i < n; ++i) {
+        const Box part = allgather_part(op.slice, n, i);
+        const DeviceId r = op.receivers[i];
+        placed.part_sources.push_back(part.empty() ? Place{r, BufferKind::src, -1, out.tiles[r].src}
+                                                   : holdings.find(r, part, op));
+      }
+    } else {
+      placed.source = holdings.find(*op.sender, op.slice, op);
+    }
+    for (DeviceId r : op.receivers) {
+      const Box& tile = out.tiles[r].dst;
+      if (tile.contains(op.slice)) {
+        placed.targets.push_back({r, BufferKind::dst, -1, tile});
+        placed.spills.push_back(std::nullopt);
+      } else {
+        out.staging[r].push_back(op.slice);
+        placed.targets.push_back(
+            {r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1, op.slice});
+        const Box spill = intersect(op.slice, tile);
+        placed.spills.push_back(spill.empty() ? std::nullopt : std::optional(spill));
+      }
+      holdings.add(op.slice, placed.targets.back());
+    }
+    out.ops.push_back(std::move(placed));
+  }
+  return out;
+}
+
+}  // namespace meshcast

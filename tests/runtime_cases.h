@@ -1,0 +1,140 @@
+// Plans that the runtime tests play on every backend: the property corpus under every strategy,
+// and hand-written plans for relays, staging buffers, chunked chains and allgathers.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "corpus.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/runtime/buffers.h"
+#include "meshcast/runtime/executor.h"
+
+namespace meshcast::testing {
+
+struct NamedPlan {
+  std::string name;
+  Plan plan;
+};
+
+// Every strategy x balance, and split for broadcast + order. search_ms = 0: the greedy plan,
+// the same on every MPI rank (a wall-clock search could differ between ranks).
+inline std::vector<PlanOptions> every_strategy() {
+  std::vector<PlanOptions> all;
+  for (Strategy s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
+    for (Balance b : {Balance::none, Balance::size, Balance::order})
+      all.push_back(
+          {.strategy = s, .balance = b, .split = false, .chunk_bytes = 0, .search_ms = 0});
+  all.push_back({.strategy = Strategy::broadcast,
+                 .balance = Balance::order,
+                 .split = true,
+                 .chunk_bytes = 64,  // many chunks even on small tensors
+                 .search_ms = 0});
+  return all;
+}
+
+inline std::string describe(const PlanOptions& o) {
+  return fmt::format("{}/{}{}{}", to_string(o.strategy), to_string(*o.balance),
+                     o.split ? "/split" : "",
+                     o.chunk_bytes ? fmt::format("/chunk {}", o.chunk_bytes) : "");
+}
+
+// Corpus cases whose devices per host divide `devices` and that need no more than `devices`,
+// grown to exactly `devices` with idle hosts (so that `devices` MPI ranks can play them).
+inline std::vector<Resharding> corpus_on(int devices, unsigned seed, int count, int max_cases) {
+  std::vector<Resharding> out;
+  for (Resharding& p : property_corpus(seed, count)) {
+    const int g = p.cluster.devices_per_host;
+    if (p.cluster.devices() > devices || devices % g != 0) continue;
+    p.cluster.hosts = devices / g;
+    out.push_back(std::move(p));
+    if (static_cast<int>(out.size()) == max_cases) break;
+  }
+  return out;
+}
+
+// Runs `plan` twice with fresh poison in the destination tiles and returns the elements that
+// are wrong, summed over every process of the executor.
+inline int64_t play_and_count_errors(Executor& executor, const Plan& plan) {
+  const auto compiled = executor.compile(plan);
+  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  const auto views = buffer_views(buffers);
+  int64_t errors = 0;
+  for (int run = 0; run < 2; ++run) {
+    prepare_tiles(plan.problem, buffers);
+    compiled->run(views);
+    errors += count_destination_errors(plan.problem, buffers);
+  }
+  return executor.sum_over_processes(errors);
+}
+
+// 4 devices (2 hosts x 2): device 0 holds the whole 4x9 float64 tensor, the destination mesh
+// is devices [2, 3] with `dst_spec`.
+inline Resharding small_problem(const std::string& dst_spec, std::vector<DeviceId> dst = {2, 3}) {
+  Resharding p;
+  p.tensor = {{4, 9}, DType::float64};
+  p.cluster.hosts = 2;
+  p.cluster.devices_per_host = 2;
+  p.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
+  p.dst = Layout{Mesh({2}, std::move(dst)), ShardingSpec::parse(dst_spec)};
+  p.validate();
+  return p;
+}
+
+inline Op make_op(int id, OpKind kind, Box slice, std::optional<DeviceId> sender,
+                  std::vector<DeviceId> receivers, int64_t chunk_bytes = 0) {
+  const int64_t bytes = slice.volume() * 8;
+  return Op{.id = id,
+            .kind = kind,
+            .task = 0,
+            .slice = slice,
+            .bytes = bytes,
+            .sender = sender,
+            .receivers = std::move(receivers),
+            .chunk_bytes = chunk_bytes};
+}
+
+inline Plan plan_of(Resharding problem, std::vector<Op> ops) {
+  Plan plan;
+  plan.problem = std::move(problem);
+  plan.ops = std::move(ops);
+  return plan;
+}
+
+// Plans no strategy makes but a valid plan may: relays outside the destination mesh that keep
+// what they forward in staging buffers, receivers whose tile holds only part of a box, strided
+// allgather parts and tiny chunks.
+inline std::vector<NamedPlan> hand_written_plans() {
+  const Box all{{{0, 4}, {0, 9}}};
+  const Box cols_left{{{0, 4}, {0, 5}}};  // RS0 tile of the first destination device
+  const Box cols_right{{{0, 4}, {5, 9}}};
+  std::vector<NamedPlan> plans;
+  plans.push_back(
+      {"chain through a relay outside the mesh, 8-byte chunks",
+       plan_of(small_problem("RS0"), {make_op(0, OpKind::broadcast, all, 0, {1, 2, 3}, 8)})});
+  plans.push_back({"relay forwards what it staged",
+                   plan_of(small_problem("RS0"), {make_op(0, OpKind::send, cols_right, 0, {1}),
+                                                 make_op(1, OpKind::send, cols_left, 0, {2}),
+                                                 make_op(2, OpKind::send, cols_right, 1, {3})})});
+  plans.push_back(
+      {"allgather of strided parts into replicated tiles",
+       plan_of(small_problem("RR"), {make_op(0, OpKind::send, allgather_part(all, 2, 0), 0, {2}),
+                                     make_op(1, OpKind::send, allgather_part(all, 2, 1), 0, {3}),
+                                     make_op(2, OpKind::allgather, all, std::nullopt, {2, 3})})});
+  // Device 3 is outside the destination mesh [2, 1]; 2 forwards what the allgather staged.
+  plans.push_back({"allgather into staging, then forwarded",
+                   plan_of(small_problem("RS0", {2, 1}),
+                           {make_op(0, OpKind::send, cols_left, 0, {2}),
+                            make_op(1, OpKind::send, cols_right, 0, {3}),
+                            make_op(2, OpKind::allgather, all, std::nullopt, {2, 3}),
+                            make_op(3, OpKind::send, cols_right, 2, {1})})});
+  plans.push_back(
+      {"copy on a device in both meshes",
+       plan_of(small_problem("RS0", {0, 3}), {make_op(0, OpKind::copy, cols_left, 0, {0}),
+                                             make_op(1, OpKind::send, cols_right, 0, {3})})});
+  return plans;
+}
+
+}  // namespace meshcast::testing

@@ -1,0 +1,187 @@
+// The in-process executor: every strategy on the property corpus, hand-written plans, reuse
+// without allocation, start/wait, and bad buffers.
+#include "meshcast/runtime/local/local_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <new>
+
+#include "meshcast/error.h"
+#include "meshcast/tasks/paper_cases.h"
+#include "runtime_cases.h"
+
+// Counts every operator new of the process while `counting` is set, to show that a compiled
+// plan runs without allocating.
+namespace {
+std::atomic<bool> counting = false;
+std::atomic<int64_t> allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace meshcast {
+namespace {
+
+using testing::every_strategy;
+
+// Paper case 3 (RS0R -> S0RR, strided slices) at 1/256 of its size: 8 MiB.
+Resharding paper_like_problem() {
+  return paper_cases(256)[2].problem;
+}
+
+TEST(LocalExecutorTest, EveryStrategyOnThePropertyCorpusDeliversEveryElement) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  int plans = 0;
+  for (const unsigned seed : {1u, 2u})
+    for (const Resharding& p : meshcast::testing::property_corpus(seed, 150)) {
+      for (const PlanOptions& o : every_strategy()) {
+        const Plan plan = make_plan(p, o);
+        ASSERT_EQ(testing::play_and_count_errors(*executor, plan), 0)
+            << testing::describe(p) << " " << testing::describe(o);
+        ++plans;
+      }
+    }
+  EXPECT_EQ(plans, 2 * 150 * static_cast<int>(every_strategy().size()));
+}
+
+TEST(LocalExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
+  for (int threads : {1, 4}) {
+    auto executor = make_local_executor({.threads = threads, .split_bytes = 16});
+    for (const auto& [name, plan] : testing::hand_written_plans())
+      EXPECT_EQ(testing::play_and_count_errors(*executor, plan), 0) << name << ", " << threads;
+  }
+}
+
+TEST(LocalExecutorTest, AnIncompletePlanLeavesPoisonThatTheCheckFinds) {
+  // Only the first of two sends: device 3's tile is never written.
+  auto plan = testing::hand_written_plans()[1].plan;
+  plan.ops.pop_back();
+  auto executor = make_local_executor();
+  EXPECT_EQ(testing::play_and_count_errors(*executor, plan), 2 * 4 * 4);  // 2 runs, 4x4 each
+}
+
+TEST(LocalExecutorTest, ASecondRunOfACompiledPlanAllocatesNothing) {
+  const Resharding p = paper_like_problem();
+  auto executor = make_local_executor({.threads = 2, .split_bytes = 1 << 12});
+  const Plan plan = make_plan(p, {.strategy = Strategy::broadcast});
+  allocations = 0;
+  counting = true;
+  const auto compiled = executor->compile(plan);
+  counting = false;
+  const int64_t compile_allocations = allocations;
+  auto buffers = allocate_tile_buffers(p, compiled->devices_here());
+  const auto views = buffer_views(buffers);
+  prepare_tiles(p, buffers);
+  compiled->run(views);
+  allocations = 0;
+  counting = true;
+  compiled->run(views);
+  compiled->start(views);
+  compiled->wait();
+  counting = false;
+  EXPECT_GT(compile_allocations, 0);
+  EXPECT_EQ(allocations, 0);
+  EXPECT_EQ(count_destination_errors(p, buffers), 0);
+}
+
+TEST(LocalExecutorTest, StartReturnsAndWaitCompletesTheRun) {
+  const Resharding p = paper_like_problem();
+  auto executor = make_local_executor({.threads = 2});
+  const auto compiled = executor->compile(make_plan(p, {.strategy = Strategy::allgather}));
+  auto buffers = allocate_tile_buffers(p, compiled->devices_here());
+  prepare_tiles(p, buffers);
+  compiled->start(buffer_views(buffers));
+  EXPECT_THROW(compiled->start(buffer_views(buffers)), InvalidArgument);  // one run at a time
+  const RunTiming timing = compiled->wait();
+  EXPECT_GT(timing.seconds, 0);
+  EXPECT_EQ(count_destination_errors(p, buffers), 0);
+  EXPECT_THROW(compiled->wait(), InvalidArgument);
+}
+
+TEST(LocalExecutorTest, TwoCompiledPlansRunAtOnceOnOneExecutor) {
+  const Resharding p = paper_like_problem();
+  auto executor = make_local_executor({.threads = 2});
+  const auto a = executor->compile(make_plan(p, {.strategy = Strategy::send_recv}));
+  const auto b = executor->compile(make_plan(p, {.strategy = Strategy::broadcast}));
+  auto buffers_a = allocate_tile_buffers(p, a->devices_here());
+  auto buffers_b = allocate_tile_buffers(p, b->devices_here());
+  prepare_tiles(p, buffers_a);
+  prepare_tiles(p, buffers_b);
+  a->start(buffer_views(buffers_a));
+  b->start(buffer_views(buffers_b));
+  a->wait();
+  b->wait();
+  EXPECT_EQ(count_destination_errors(p, buffers_a), 0);
+  EXPECT_EQ(count_destination_errors(p, buffers_b), 0);
+}
+
+void expect_error(const std::function<void()>& f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing: " << text;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(LocalExecutorTest, BadBuffersAreRejectedBeforeAnythingMoves) {
+  const auto plan = testing::hand_written_plans()[1].plan;  // devices 0 (source), 2, 3
+  auto executor = make_local_executor();
+  const auto compiled = executor->compile(plan);
+  EXPECT_EQ(compiled->devices_here(), (std::vector<DeviceId>{0, 2, 3}));
+  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  auto views = buffer_views(buffers);
+  views[1].dst = views[1].dst.first(8);
+  expect_error([&] { compiled->start(views); },
+               "device 2: destination buffer has 8 bytes, but its destination tile needs 160");
+  views = buffer_views(buffers);
+  views[0].src = {};
+  expect_error([&] { compiled->start(views); },
+               "device 0: source buffer has 0 bytes, but its source tile needs 288");
+  views = buffer_views(buffers);
+  views.pop_back();
+  expect_error([&] { compiled->start(views); },
+               "no buffers given for device 3, whose tiles need 0 source and 128 destination");
+  views = buffer_views(buffers);
+  views.push_back(views[0]);
+  expect_error([&] { compiled->start(views); }, "buffers for device 0 given twice");
+  views = buffer_views(buffers);
+  views[0].device = 1;
+  expect_error([&] { compiled->start(views); },
+               "buffers given for device 1, which is not one of this process's devices [0,2,3]");
+  // After the errors the plan still runs.
+  prepare_tiles(plan.problem, buffers);
+  compiled->run(buffer_views(buffers));
+  EXPECT_EQ(count_destination_errors(plan.problem, buffers), 0);
+}
+
+TEST(LocalExecutorTest, PlansThatCannotRunAreRejectedAtCompile) {
+  auto executor = make_local_executor();
+  auto plan = testing::hand_written_plans()[1].plan;
+  plan.ops[2].sender = 2;  // device 2 never held the right columns
+  expect_error([&] { executor->compile(plan); },
+               "plan op id 2 (send): device 2 must send [0,4)x[5,9), but it does not hold it");
+  plan.ops[2].sender = 9;
+  expect_error([&] { executor->compile(plan); }, "device 9 is outside the cluster's 4 devices");
+  plan.ops[2].sender = 3;
+  expect_error([&] { executor->compile(plan); }, "device 3 appears twice");
+  plan.ops[2].sender.reset();
+  expect_error([&] { executor->compile(plan); }, "has no sender");
+  expect_error([] { make_local_executor({.threads = -1}); }, "bad thread count -1");
+}
+
+}  // namespace
+}  // namespace meshcast
