@@ -4,9 +4,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -176,23 +173,6 @@ void validate(const CalibrateOptions& o) {
   if (o.pings < 1) throw InvalidArgument(fmt::format("bad --pings {}: expected >= 1", o.pings));
 }
 
-// Writes next to the target and renames, so that a failure leaves no half-written file.
-void write_file(const std::string& path, const std::string& text) {
-  const std::string temporary = fmt::format("{}.tmp", path);
-  bool written = false;
-  {
-    std::ofstream out(temporary);
-    written = static_cast<bool>(out << text) && static_cast<bool>(out.flush());
-  }
-  std::error_code error;
-  if (written) std::filesystem::rename(temporary, path, error);
-  if (!written || error) {
-    std::filesystem::remove(temporary, error);
-    throw InvalidArgument(
-        fmt::format("cannot write --output '{}': expected a writable path", path));
-  }
-}
-
 std::vector<double> to_gbps(const std::vector<double>& seconds, int64_t bytes) {
   std::vector<double> rates;
   for (double s : seconds) rates.push_back(bytes_to_gbps(static_cast<double>(bytes) / s));
@@ -231,7 +211,7 @@ void calibrate(const CalibrateOptions& o) {
                         {"dev_gbps_samples", dev},
                         {"dev_measured", !dev.empty()},
                         {"pings", o.pings}};
-  if (!o.output.empty()) write_file(o.output, doc.dump(2) + "\n");
+  if (!o.output.empty()) write_text_file(o.output, doc.dump(2) + "\n");
   if (o.json) {
     std::cout << doc.dump() << '\n';
     return;
