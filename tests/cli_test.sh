@@ -63,6 +63,27 @@ check plan-bad-chunk 2 "bad chunk bytes -1" -- "$MESHCAST" plan "${SMALL[@]}" --
 check unknown-verb 2 "" -- "$MESHCAST" teleport
 check help 0 "Usage" -- "$MESHCAST" --help
 check version 0 "[0-9]+\.[0-9]+\.[0-9]+" -- "$MESHCAST" --version
+SCHED=(schedule --stages 4 --microbatches 8)
+check schedule-eager-order 0 "stage 0: F0 F1 F2 F3 F4 F5 F6 B0 F7 B1" -- "$MESHCAST" "${SCHED[@]}" --kind eager-1f1b
+check schedule-eager-makespan 0 "makespan 25 s" -- "$MESHCAST" "${SCHED[@]}" --kind eager-1f1b --transfer-s 0.5
+check schedule-json 0 '"meshcast_version".*"simulation"' -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --format json
+check schedule-csv 0 "^0,F0,F1,F2,F3,B0" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --format csv
+check schedule-lowered 0 "stage 1: recv\(a0<-0\) F0" -- "$MESHCAST" "${SCHED[@]}" --kind gpipe --format lowered
+check schedule-svg 0 "^<svg" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --format svg
+check schedule-trace 0 '"traceEvents"' -- "$MESHCAST" "${SCHED[@]}" --kind interleaved-1f1b --chunks 2 --format trace
+check schedule-bad-kind 2 "bad schedule kind 'zigzag'" -- "$MESHCAST" "${SCHED[@]}" --kind zigzag
+check schedule-bad-chunks 2 "needs the microbatches \(6\) to be a multiple of the stages \(4\)" -- "$MESHCAST" schedule --kind interleaved-1f1b -n 4 -m 6 -v 2
+check schedule-negative-time 2 "bad forward time -1 of 0" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --forward-s -1
+check schedule-missing-kind 2 "missing --kind" -- "$MESHCAST" schedule -n 2 -m 2
+TMP=$(mktemp -d)
+printf 'F0 B0 F1 B1\nF1 B1 F0 B0\n' >"$TMP/deadlock.txt"
+check schedule-check-deadlock 2 "deadlock: stage 0 at step 1 \(B0\) waits for the gradient of microbatch 0 from stage 1" -- "$MESHCAST" schedule --check "$TMP/deadlock.txt"
+printf 'F0 F1 B0 B1\nF0 B0 F1\n' >"$TMP/missing.txt"
+check schedule-check-missing 2 "stage 1 lacks B1" -- "$MESHCAST" schedule --check "$TMP/missing.txt"
+"$MESHCAST" schedule --kind eager-1f1b -n 3 -m 5 --format json -o "$TMP/eager.json"
+check schedule-check-roundtrip 0 "makespan 14 s" -- "$MESHCAST" schedule --check "$TMP/eager.json"
+check schedule-unwritable 2 "cannot write" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b -o "$TMP/no/such/dir/x.svg"
+rm -rf "$TMP"
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -54,7 +54,7 @@ PipelineCosts uniform_costs(int virtual_stages, double forward_s, double backwar
 }
 
 PipelineResult simulate_pipeline(const Schedule& schedule, const PipelineCosts& costs,
-                                 const SimOptions& options) {
+                                 const PipelineOptions& options) {
   check_costs(schedule, costs);
   const LoweredSchedule lowered = lower(schedule, edges_of(costs));
   EngineInput input{.schedule = schedule,

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", meshcast::kVersion);
   app.require_subcommand(1);
   meshcast::cli::add_tasks_verb(app);
+  meshcast::cli::add_schedule_verb(app);
   meshcast::cli::add_plan_verb(app);
   meshcast::cli::add_bench_verb(app);
 #ifdef MESHCAST_CLI_WITH_MPI

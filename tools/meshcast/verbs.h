@@ -6,6 +6,7 @@
 namespace meshcast::cli {
 
 void add_tasks_verb(CLI::App& app);
+void add_schedule_verb(CLI::App& app);
 void add_plan_verb(CLI::App& app);
 void add_bench_verb(CLI::App& app);
 #ifdef MESHCAST_CLI_WITH_MPI

@@ -36,7 +36,7 @@ struct PipelineCosts {
 PipelineCosts uniform_costs(int virtual_stages, double forward_s, double backward_s,
                             double transfer_s);
 
-struct SimOptions {
+struct PipelineOptions {
   // A send starts when its data is produced (its step is done) and the receiver waits for its
   // arrival. true: the send runs on a separate channel while the sender computes on. false: the
   // sender's stream is blocked until the transfer is done, as in a runtime that runs sends on its
@@ -88,7 +88,7 @@ struct PipelineResult {
 // 1 / max(transfers on its sender's out-port, transfers on its receiver's in-port) of its full
 // rate. Throws InvalidArgument on costs of the wrong size or negative times, and on a deadlock.
 PipelineResult simulate_pipeline(const Schedule& schedule, const PipelineCosts& costs,
-                                 const SimOptions& options = {});
+                                 const PipelineOptions& options = {});
 
 // {"makespan_s", "bubble_fraction", "microbatches_per_s", "stages": [{"busy_s", ...}]}
 nlohmann::json result_to_json(const PipelineResult& result);
