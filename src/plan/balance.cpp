@@ -84,9 +84,9 @@ struct Placed {
 };
 
 struct Decoded {
-  std::vector<Placed> placed;
+  std::vector<Op> ops;             // in start order
   std::vector<SplitChoice> split;  // what each job did
-  double makespan = 0;
+  double makespan = 0;             // Replay of `ops`: what estimate() reports
 };
 
 class OrderPlanner {
@@ -95,68 +95,86 @@ class OrderPlanner {
       : problem_(problem), jobs_(jobs), options_(options) {}
 
   Decoded decode(const Genome& genome) const {
-    Timeline timeline(problem_);
+    Schedule schedule(problem_);
+    std::vector<Placed> placed;
     Decoded out;
     out.split = genome.split;
     for (int j : genome.order) {
       const Job& job = jobs_[j];
       bool did_split = false;
+      double done = 0;  // an allgather waits for the transfers of its parts
       for (const Transfer& t : job.transfers)
-        did_split |= place_transfer(t, job.task, genome.split[j], timeline, out.placed);
+        did_split |= place_transfer(t, job.task, genome.split[j], schedule, placed, done);
       if (genome.split[j] == SplitChoice::automatic)
         out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
-      for (const Op& op : job.then) record(timeline, op, out.placed);
+      for (const Op& op : job.then)
+        record(schedule.insert(op, op.kind == OpKind::allgather ? done : 0), op, placed);
     }
-    out.makespan = timeline.makespan();
+    std::stable_sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+      return std::pair(a.start, a.seq) < std::pair(b.start, b.seq);
+    });
+    Replay replay(problem_);
+    out.ops.reserve(placed.size());
+    for (Placed& p : placed) {
+      replay.place(p.op);
+      out.ops.push_back(std::move(p.op));
+    }
+    out.makespan = replay.makespan();
     return out;
   }
 
  private:
-  void record(Timeline& timeline, const Op& op, std::vector<Placed>& placed) const {
-    const auto slot = timeline.place(op);
+  static void record(Slot slot, const Op& op, std::vector<Placed>& placed) {
     placed.push_back({slot.start, static_cast<int>(placed.size()), op});
   }
 
-  // The op from the holder (not on `used` hosts) that finishes soonest on `timeline`.
-  std::optional<Op> soonest(const Transfer& t, const Box& slice, int task,
-                            const std::vector<int>& used, const Timeline& timeline) const {
+  // The op from the holder (not on `used` hosts) that finishes soonest.
+  Op soonest(const Transfer& t, const Box& slice, int task, const std::vector<int>& used,
+             const Schedule& schedule) const {
     std::optional<Op> best;
     double best_finish = 0;
     for (DeviceId d : t.candidates) {
       if (std::find(used.begin(), used.end(), problem_.cluster.host_of(d)) != used.end()) continue;
       Op op = transfer_op(t, slice, task, d, problem_, options_.chunk_bytes);
-      const double finish = timeline.probe(op).finish;
+      const double finish = schedule.probe(op, 0).finish;
       if (!best || finish < best_finish) {
         best = std::move(op);
         best_finish = finish;
       }
     }
-    return best;
+    return *best;
   }
 
-  // Places one transfer whole or split; returns whether it was split.
-  bool place_transfer(const Transfer& t, int task, SplitChoice choice, Timeline& timeline,
-                      std::vector<Placed>& placed) const {
+  // Places one transfer whole or split; returns whether it was split. `done` grows to the
+  // latest finish.
+  bool place_transfer(const Transfer& t, int task, SplitChoice choice, Schedule& schedule,
+                      std::vector<Placed>& placed, double& done) const {
     const int parts = options_.split && choice != SplitChoice::no
                           ? split_parts(t, holder_hosts(t, problem_.cluster))
                           : 1;
-    const Op whole = *soonest(t, t.slice, task, {}, timeline);
+    const Op whole = soonest(t, t.slice, task, {}, schedule);
+    const double whole_finish = schedule.probe(whole, 0).finish;
     if (parts > 1) {
-      Timeline trial = timeline;
-      std::vector<Op> ops;
+      std::vector<std::pair<Op, Slot>> pieces;
       std::vector<int> used;
+      double finish = 0;
       for (int i = 0; i < parts; ++i) {
-        Op op = *soonest(t, allgather_part(t.slice, parts, i), task, used, trial);
+        Op op = soonest(t, allgather_part(t.slice, parts, i), task, used, schedule);
         used.push_back(problem_.cluster.host_of(*op.sender));
-        trial.place(op);
-        ops.push_back(std::move(op));
+        const Slot slot = schedule.insert(op, 0);
+        finish = std::max(finish, slot.finish);
+        pieces.emplace_back(std::move(op), slot);
       }
-      if (choice == SplitChoice::yes || trial.makespan() < timeline.probe(whole).finish) {
-        for (const Op& op : ops) record(timeline, op, placed);
+      if (choice == SplitChoice::yes || finish < whole_finish) {
+        for (const auto& [op, slot] : pieces) record(slot, op, placed);
+        done = std::max(done, finish);
         return true;
       }
+      for (const auto& [op, slot] : pieces) schedule.remove(op, slot);
     }
-    record(timeline, whole, placed);
+    const Slot slot = schedule.insert(whole, 0);
+    record(slot, whole, placed);
+    done = std::max(done, slot.finish);
     return false;
   }
 
@@ -284,13 +302,7 @@ std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>&
     }
   }
 
-  std::stable_sort(best.placed.begin(), best.placed.end(), [](const Placed& a, const Placed& b) {
-    return std::pair(a.start, a.seq) < std::pair(b.start, b.seq);
-  });
-  std::vector<Op> ops;
-  ops.reserve(best.placed.size());
-  for (Placed& p : best.placed) ops.push_back(std::move(p.op));
-  return ops;
+  return std::move(best.ops);
 }
 
 }  // namespace meshcast::detail

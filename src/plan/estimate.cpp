@@ -5,7 +5,7 @@
 namespace meshcast {
 
 double estimate(const Plan& plan) {
-  detail::Timeline timeline(plan.problem);
+  detail::Replay timeline(plan.problem);
   for (const Op& op : plan.ops) timeline.place(op);
   return timeline.makespan();
 }

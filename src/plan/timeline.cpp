@@ -16,21 +16,17 @@ double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to) {
 int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size) {
   constexpr int64_t kMinChunk = 64 * 1024;
   if (hops <= 1 || bytes <= kMinChunk) return bytes;
-  // d/dc of (bytes/c + hops - 1) * (lat + c/rate) is zero at c = sqrt(bytes * lat * rate /
-  // (hops-1)).
+  // d/dc of (bytes/c + hops - 1) * (lat + c/rate) is zero at c = sqrt(bytes*lat*rate/(hops-1)).
   const double ideal = std::sqrt(static_cast<double>(bytes) * latency * rate / (hops - 1));
   int64_t chunk = std::clamp(static_cast<int64_t>(ideal), kMinChunk, bytes);
   chunk -= chunk % element_size;
   return std::max<int64_t>(chunk, element_size);
 }
 
-Timeline::Timeline(const Resharding& problem)
-    : problem_(&problem),
-      devices_(problem.cluster.devices()),
-      hosts_(problem.cluster.hosts),
-      free_at_(devices_ + 2 * hosts_, 0.0) {}
+CostModel::CostModel(const Resharding& problem)
+    : problem_(&problem), devices_(problem.cluster.devices()), hosts_(problem.cluster.hosts) {}
 
-Timeline::Cost Timeline::cost_of(const Op& op) const {
+CostModel::Cost CostModel::cost_of(const Op& op) const {
   const Cluster& cluster = problem_->cluster;
   const double lat = cluster.latency;
   const auto bytes = static_cast<double>(op.bytes);
@@ -73,24 +69,72 @@ Timeline::Cost Timeline::cost_of(const Op& op) const {
       break;
     }
   }
+  // A chain that revisits a host (possible in a loaded plan) still holds its NIC only once.
+  std::sort(cost.resources.begin(), cost.resources.end());
+  cost.resources.erase(std::unique(cost.resources.begin(), cost.resources.end()),
+                       cost.resources.end());
   return cost;
 }
 
-Timeline::Slot Timeline::probe(const Op& op) const {
-  const Cost cost = cost_of(op);
-  double start = 0;
-  for (int r : cost.resources) start = std::max(start, free_at_[r]);
-  return {start, start + cost.duration};
-}
+Replay::Replay(const Resharding& problem) : model_(problem), free_at_(model_.resources(), 0.0) {}
 
-Timeline::Slot Timeline::place(const Op& op) {
-  const Cost cost = cost_of(op);
+Slot Replay::place(const Op& op) {
+  const auto cost = model_.cost_of(op);
   double start = 0;
   for (int r : cost.resources) start = std::max(start, free_at_[r]);
   const Slot slot{start, start + cost.duration};
   for (int r : cost.resources) free_at_[r] = slot.finish;
   makespan_ = std::max(makespan_, slot.finish);
   return slot;
+}
+
+Schedule::Schedule(const Resharding& problem) : model_(problem), busy_(model_.resources()) {}
+
+double Schedule::earliest_start(const std::vector<int>& resources, double duration,
+                                double release) const {
+  double t = release;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int r : resources) {
+      const auto& busy = busy_[r];
+      // Busy slots are disjoint and sorted, so their finishes are sorted too.
+      auto it = std::upper_bound(busy.begin(), busy.end(), t,
+                                 [](double v, const Slot& s) { return v < s.finish; });
+      for (; it != busy.end() && it->start < t + duration; ++it) {
+        t = it->finish;
+        moved = true;
+      }
+    }
+  }
+  return t;
+}
+
+Slot Schedule::probe(const Op& op, double release) const {
+  const auto cost = model_.cost_of(op);
+  const double start = earliest_start(cost.resources, cost.duration, release);
+  return {start, start + cost.duration};
+}
+
+Slot Schedule::insert(const Op& op, double release) {
+  const auto cost = model_.cost_of(op);
+  const double start = earliest_start(cost.resources, cost.duration, release);
+  const Slot slot{start, start + cost.duration};
+  for (int r : cost.resources) {
+    auto& busy = busy_[r];
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), start,
+                                 [](double v, const Slot& s) { return v < s.start; }),
+                slot);
+  }
+  return slot;
+}
+
+void Schedule::remove(const Op& op, Slot slot) {
+  for (int r : model_.cost_of(op).resources) {
+    auto& busy = busy_[r];
+    busy.erase(std::find_if(busy.begin(), busy.end(), [&](const Slot& s) {
+      return s.start == slot.start && s.finish == slot.finish;
+    }));
+  }
 }
 
 }  // namespace meshcast::detail

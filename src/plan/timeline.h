@@ -1,5 +1,5 @@
 // Internal to the plan layer: the analytic cost model that estimate() reports and balance=order
-// minimizes. Devices and host NIC directions are serial resources with a time they become free.
+// minimizes. Devices and host NIC directions are serial resources.
 #pragma once
 
 #include <cstdint>
@@ -16,34 +16,60 @@ double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
 // at least 64 KiB (or the whole message when smaller).
 int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size);
 
-class Timeline {
+// How long an op takes and which serial resources (devices, NIC directions) it holds meanwhile.
+class CostModel {
  public:
-  explicit Timeline(const Resharding& problem);
-
-  struct Slot {
-    double start = 0;
-    double finish = 0;
-  };
-  // When `op` would run if placed now, without placing it.
-  Slot probe(const Op& op) const;
-  // Places `op` after everything placed on its resources; returns its slot.
-  Slot place(const Op& op);
-  double makespan() const { return makespan_; }
-
- private:
+  explicit CostModel(const Resharding& problem);
   struct Cost {
     double duration = 0;
     std::vector<int> resources;
   };
   Cost cost_of(const Op& op) const;
+  int resources() const { return devices_ + 2 * hosts_; }
+
+ private:
   int nic_out(int host) const { return devices_ + host; }
   int nic_in(int host) const { return devices_ + hosts_ + host; }
 
   const Resharding* problem_;
   int devices_;
   int hosts_;
+};
+
+struct Slot {
+  double start = 0;
+  double finish = 0;
+};
+
+// Plays ops in plan order: each starts when all its resources finished their earlier ops.
+class Replay {
+ public:
+  explicit Replay(const Resharding& problem);
+  Slot place(const Op& op);
+  double makespan() const { return makespan_; }
+
+ private:
+  CostModel model_;
   std::vector<double> free_at_;
   double makespan_ = 0;
+};
+
+// Places ops into the earliest window, at or after a release time, in which all their resources
+// are idle (earlier gaps included). Sorting placed ops by start gives a plan whose Replay
+// finishes no later than the schedule.
+class Schedule {
+ public:
+  explicit Schedule(const Resharding& problem);
+  Slot probe(const Op& op, double release) const;
+  Slot insert(const Op& op, double release);
+  // Undoes insert(op, ...) that returned `slot`.
+  void remove(const Op& op, Slot slot);
+
+ private:
+  double earliest_start(const std::vector<int>& resources, double duration, double release) const;
+
+  CostModel model_;
+  std::vector<std::vector<Slot>> busy_;  // per resource, sorted, disjoint
 };
 
 }  // namespace meshcast::detail
