@@ -4,33 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <functional>
-#include <new>
 
 #include "meshcast/error.h"
 #include "meshcast/tasks/paper_cases.h"
+#include "runtime_allocations.h"
 #include "runtime_cases.h"
-
-// Counts every operator new of the process while `counting` is set, to show that a compiled
-// plan runs without allocating.
-namespace {
-std::atomic<bool> counting = false;
-std::atomic<int64_t> allocations = 0;
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
-}
 
 namespace meshcast {
 namespace {
@@ -77,21 +56,23 @@ TEST(LocalExecutorTest, ASecondRunOfACompiledPlanAllocatesNothing) {
   const Resharding p = paper_like_problem();
   auto executor = make_local_executor({.threads = 2, .split_bytes = 1 << 12});
   const Plan plan = make_plan(p, {.strategy = Strategy::broadcast});
+  using testing::allocations;
+  using testing::counting_allocations;
   allocations = 0;
-  counting = true;
+  counting_allocations = true;
   const auto compiled = executor->compile(plan);
-  counting = false;
+  counting_allocations = false;
   const int64_t compile_allocations = allocations;
   auto buffers = allocate_tile_buffers(p, compiled->devices_here());
   const auto views = buffer_views(buffers);
   prepare_tiles(p, buffers);
   compiled->run(views);
   allocations = 0;
-  counting = true;
+  counting_allocations = true;
   compiled->run(views);
   compiled->start(views);
   compiled->wait();
-  counting = false;
+  counting_allocations = false;
   EXPECT_GT(compile_allocations, 0);
   EXPECT_EQ(allocations, 0);
   EXPECT_EQ(count_destination_errors(p, buffers), 0);

@@ -1,0 +1,105 @@
+// The MPI executor, one rank per device: run by runtime_mpi_test.sh under mpirun with 2..16
+// ranks. Every test is collective; errors are summed over the ranks and rank 0 reports.
+#include "meshcast/runtime/mpi/mpi_executor.h"
+
+#include <gtest/gtest.h>
+
+#include "meshcast/error.h"
+#include "meshcast/tasks/paper_cases.h"
+#include "runtime_allocations.h"
+#include "runtime_cases.h"
+
+namespace meshcast {
+namespace {
+
+Executor* world = nullptr;  // the chain executor, created by main
+int ranks = 0;
+
+// Corpus cases grown to exactly `ranks` devices; enough of them that every op kind shows up.
+std::vector<Resharding> corpus_for_this_run() {
+  return testing::corpus_on(ranks, 3, 2000, 14);
+}
+
+TEST(MpiExecutorTest, EveryStrategyOnThePropertyCorpusDeliversEveryElement) {
+  const auto cases = corpus_for_this_run();
+  ASSERT_GE(cases.size(), 5u) << "too few corpus cases fit " << ranks << " ranks";
+  if (world->is_leader())
+    fmt::print("{} corpus cases x {} plan options on {} ranks\n", cases.size(),
+               testing::every_strategy().size(), ranks);
+  for (const Resharding& p : cases)
+    for (const PlanOptions& o : testing::every_strategy())
+      ASSERT_EQ(testing::play_and_count_errors(*world, make_plan(p, o)), 0)
+          << testing::describe(p) << " " << testing::describe(o);
+}
+
+TEST(MpiExecutorTest, BroadcastsOnMpiBcastCommunicatorsDeliverEveryElement) {
+  auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
+  for (const Resharding& p : corpus_for_this_run())
+    for (const PlanOptions& o : testing::every_strategy())
+      if (o.strategy == Strategy::broadcast) {
+        ASSERT_EQ(testing::play_and_count_errors(*bcast, make_plan(p, o)), 0)
+            << testing::describe(p) << " " << testing::describe(o);
+      }
+}
+
+TEST(MpiExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
+  if (ranks < 4 || ranks % 2 != 0)
+    GTEST_SKIP() << "the hand-written plans need an even number >= 4 of ranks, not " << ranks;
+  for (auto [name, plan] : testing::hand_written_plans()) {
+    plan.problem.cluster.hosts = ranks / 2;  // extra ranks idle
+    EXPECT_EQ(testing::play_and_count_errors(*world, plan), 0) << name;
+  }
+}
+
+TEST(MpiExecutorTest, ARankCountThatDiffersFromTheClusterIsAnErrorOnEveryRank) {
+  Plan plan = testing::hand_written_plans()[0].plan;
+  plan.problem.cluster.hosts = ranks;  // 2 devices per host: twice the ranks
+  try {
+    world->compile(plan);
+    ADD_FAILURE() << "compile accepted " << 2 * ranks << " devices on " << ranks << " ranks";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "has {} devices ({} hosts x 2 per host), but MPI started {} ranks: launch with "
+                  "mpirun -np {}",
+                  2 * ranks, ranks, ranks, 2 * ranks)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(MpiExecutorTest, StartWaitAndASecondRunThatAllocatesNothing) {
+  const Resharding p = corpus_for_this_run().front();
+  const auto compiled =
+      world->compile(make_plan(p, {.strategy = Strategy::broadcast, .search_ms = 0}));
+  auto buffers = allocate_tile_buffers(p, compiled->devices_here());
+  const auto views = buffer_views(buffers);
+  prepare_tiles(p, buffers);
+  compiled->run(views);
+  prepare_tiles(p, buffers);
+  testing::allocations = 0;
+  testing::counting_allocations = true;
+  compiled->start(views);
+  const RunTiming timing = compiled->wait();
+  testing::counting_allocations = false;
+  EXPECT_GE(timing.seconds, 0);
+  EXPECT_EQ(testing::allocations, 0);
+  EXPECT_EQ(world->sum_over_processes(count_destination_errors(p, buffers)), 0);
+  EXPECT_THROW(compiled->wait(), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace meshcast
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto executor = meshcast::make_mpi_executor();
+  meshcast::world = executor.get();
+  meshcast::ranks = static_cast<int>(executor->sum_over_processes(1));
+  if (!executor->is_leader()) {  // one report, from rank 0
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS();
+  executor.reset();
+  return failed;
+}
