@@ -24,13 +24,18 @@ Network::Network(const Cluster& cluster) : cluster_(cluster) {
   }
 }
 
+int Network::host_of_nic(int link) const {
+  if (link < nic_base_) return -1;
+  const int nic = (link - nic_base_) / 2;
+  return static_cast<int>(std::upper_bound(first_nic_.begin(), first_nic_.end(), nic) -
+                          first_nic_.begin() - 1);
+}
+
 std::string Network::name(int link) const {
   const char* direction = link % 2 == 0 ? "out" : "in";
-  if (link < nic_base_) return fmt::format("dev{}.{}", link / 2, direction);
-  const int nic = (link - nic_base_) / 2;
-  const int host = static_cast<int>(std::upper_bound(first_nic_.begin(), first_nic_.end(), nic) -
-                                    first_nic_.begin() - 1);
-  return fmt::format("host{}.nic{}.{}", host, nic - first_nic_[host], direction);
+  const int host = host_of_nic(link);
+  if (host < 0) return fmt::format("dev{}.{}", link / 2, direction);
+  return fmt::format("host{}.nic{}.{}", host, (link - nic_base_) / 2 - first_nic_[host], direction);
 }
 
 void Network::append_route(DeviceId from, DeviceId to, std::vector<int>& out) const {

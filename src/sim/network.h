@@ -17,6 +17,8 @@ class Network {
   int links() const { return static_cast<int>(capacity_.size()); }
   double capacity(int link) const { return capacity_[link]; }
   std::string name(int link) const;
+  // The host of a NIC link, -1 for a device link.
+  int host_of_nic(int link) const;
 
   int device_out(DeviceId d) const { return 2 * d; }
   int device_in(DeviceId d) const { return 2 * d + 1; }

@@ -165,7 +165,8 @@ class Engine {
     busy_since_.assign(links, 0);
     stats_.resize(links);
     for (int l = 0; l < links; ++l)
-      stats_[l] = LinkStats{.name = net_.name(l), .bandwidth = net_.capacity(l)};
+      stats_[l] = LinkStats{
+          .name = net_.name(l), .host = net_.host_of_nic(l), .bandwidth = net_.capacity(l)};
     link_stamp_.assign(links, 0);
     link_mark_.assign(links, 0);
     link_used_.assign(links, 0);

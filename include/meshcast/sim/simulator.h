@@ -19,6 +19,7 @@ struct OpTiming {
 // One direction of a device link or of a host NIC.
 struct LinkStats {
   std::string name;      // "dev3.out", "dev3.in", "host1.nic0.out", "host1.nic0.in"
+  int host = -1;         // the host of a NIC link; -1 for a device link
   double bandwidth = 0;  // bytes per second
   double busy_s = 0;     // time with at least one flow moving data over it
   int64_t bytes = 0;     // bytes it carried

@@ -1,0 +1,209 @@
+// `meshcast simulate`: plays a plan on the flow-level simulator and reports its time against
+// the lower bound, the busiest links, and optionally a Chrome/Perfetto trace.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "cli_common.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/plan/lower_bound.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/sim/simulator.h"
+#include "meshcast/sim/trace.h"
+#include "meshcast/version.h"
+#include "verbs.h"
+
+namespace meshcast::cli {
+namespace {
+
+struct SimulateOptions {
+  PlanSourceOptions source;
+  std::string cluster_file;
+  int nics_per_host = 0;  // 0: keep the cluster's
+  int top = 5;
+  bool json = false;
+  std::string trace_file;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Cluster read_cluster_file(const std::string& path, const Cluster& defaults) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(fmt::format("cannot read cluster file '{}': no such file", path));
+  try {
+    return cluster_from_json(nlohmann::json::parse(in), defaults);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError(fmt::format("cluster file '{}' is not JSON: {}", path, e.what()));
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("cluster file '{}': {}", path, e.what()));
+  }
+}
+
+// The cluster to simulate on: the plan's, then the --cluster file's keys, then --nics-per-host.
+Cluster target_cluster(const SimulateOptions& o, const Cluster& plan_cluster) {
+  Cluster c =
+      o.cluster_file.empty() ? plan_cluster : read_cluster_file(o.cluster_file, plan_cluster);
+  if (o.nics_per_host < 0)
+    throw InvalidArgument(fmt::format("bad --nics-per-host {}: expected > 0", o.nics_per_host));
+  if (o.nics_per_host > 0) {
+    c.nics_per_host = o.nics_per_host;
+    c.host_nics.clear();
+  }
+  c.validate();
+  return c;
+}
+
+struct Report {
+  Plan plan;
+  SimResult sim;
+  double lower_bound_s = 0;
+  double plan_s = 0;
+  double sim_s = 0;
+};
+
+Report run_simulation(const SimulateOptions& o) {
+  Report r;
+  auto start = Clock::now();
+  r.plan = plan_from_options(o.source);
+  const Cluster cluster = target_cluster(o, r.plan.problem.cluster);
+  if (!(cluster == r.plan.problem.cluster)) {
+    Resharding problem = r.plan.problem;
+    problem.cluster = cluster;
+    problem.validate();
+    if (o.source.plan_file.empty()) {
+      // Plan again for the cluster it will run on: balance=order weighs hosts by bandwidth.
+      r.plan = make_plan(problem, PlanOptions{.strategy = r.plan.strategy,
+                                              .balance = r.plan.balance,
+                                              .split = o.source.split,
+                                              .chunk_bytes = o.source.chunk_bytes,
+                                              .search_ms = o.source.search_ms});
+    } else {
+      r.plan.problem = problem;
+      r.plan.lower_bound_s = lower_bound(problem, decompose(problem));
+    }
+  }
+  r.plan_s = seconds_since(start);
+  r.lower_bound_s = r.plan.lower_bound_s;
+  start = Clock::now();
+  r.sim = simulate(r.plan, cluster, {.record_link_rates = !o.trace_file.empty()});
+  r.sim_s = seconds_since(start);
+  return r;
+}
+
+// Links by the time their bytes need at full bandwidth: the bottlenecks first.
+std::vector<const LinkStats*> busiest(const SimResult& sim, int top) {
+  std::vector<const LinkStats*> links;
+  for (const auto& l : sim.links)
+    if (l.bytes > 0) links.push_back(&l);
+  const auto load = [](const LinkStats* l) { return static_cast<double>(l->bytes) / l->bandwidth; };
+  const auto n = std::min<size_t>(links.size(), std::max(top, 0));
+  std::partial_sort(links.begin(), links.begin() + n, links.end(),
+                    [&](const LinkStats* a, const LinkStats* b) {
+                      return load(a) != load(b) ? load(a) > load(b) : a->name < b->name;
+                    });
+  links.resize(n);
+  return links;
+}
+
+double effective_gbps(const Report& r) {
+  return bytes_to_gbps(static_cast<double>(r.plan.problem.tensor.bytes()) / r.sim.time_s);
+}
+
+void print_text(const Report& r, int top) {
+  const Plan& plan = r.plan;
+  const Cluster& c = plan.problem.cluster;
+  std::array<int64_t, 4> kinds{};
+  for (const Op& op : plan.ops) ++kinds[static_cast<int>(op.kind)];
+  fmt::print("{} {} -> {} {}, tensor {} ({})\n",
+             mesh_shape_to_string(plan.problem.src.mesh.shape()), plan.problem.src.spec.to_string(),
+             mesh_shape_to_string(plan.problem.dst.mesh.shape()), plan.problem.dst.spec.to_string(),
+             shape_to_string(plan.problem.tensor.shape, 'x'),
+             human_bytes(static_cast<double>(plan.problem.tensor.bytes())));
+  fmt::print(
+      "cluster: {} hosts x {} devices, {} NIC(s) per host at {:g} Gbps, {:g} Gbps device "
+      "links, {:g} us latency{}\n",
+      c.hosts, c.devices_per_host, c.nics_per_host, bytes_to_gbps(c.nic_bandwidth),
+      bytes_to_gbps(c.device_bandwidth), c.latency * 1e6,
+      c.host_nics.empty() && c.host_nic_bandwidth.empty() ? "" : " (per-host overrides)");
+  fmt::print("plan: {} balance {}, {} ops ({} send, {} broadcast, {} allgather, {} copy)\n",
+             to_string(plan.strategy), to_string(plan.balance), plan.ops.size(), kinds[0], kinds[1],
+             kinds[2], kinds[3]);
+  fmt::print("simulated time   {:.6f} s\n", r.sim.time_s);
+  fmt::print("lower bound      {:.6f} s   ratio {:.3f}\n", r.lower_bound_s,
+             r.sim.time_s / r.lower_bound_s);
+  fmt::print("effective bw     {:.2f} Gbps (tensor bits / time)\n", effective_gbps(r));
+  fmt::print("wall clock       planning {:.3f} s, simulation {:.3f} s ({} flows, {} steps)\n",
+             r.plan_s, r.sim_s, r.sim.flows, r.sim.events);
+  const auto links = busiest(r.sim, top);
+  if (!links.empty()) fmt::print("busiest links    busy (s)   utilization  bytes\n");
+  for (const LinkStats* l : links)
+    fmt::print("  {:<16} {:>9.6f}   {:>9.1f}%   {}\n", l->name, l->busy_s,
+               100.0 * static_cast<double>(l->bytes) / (l->bandwidth * r.sim.time_s),
+               human_bytes(static_cast<double>(l->bytes)));
+}
+
+nlohmann::json to_json(const Report& r) {
+  using nlohmann::json;
+  json ops = json::array();
+  for (const OpTiming& t : r.sim.ops)
+    ops.push_back({{"id", t.id}, {"start_s", t.start_s}, {"end_s", t.end_s}});
+  json links = json::array();
+  for (const LinkStats& l : r.sim.links)
+    if (l.bytes > 0)
+      links.push_back({{"name", l.name},
+                       {"gbps", bytes_to_gbps(l.bandwidth)},
+                       {"busy_s", l.busy_s},
+                       {"bytes", l.bytes}});
+  return {{"meshcast_version", kVersion},
+          {"strategy", to_string(r.plan.strategy)},
+          {"balance", to_string(r.plan.balance)},
+          {"cluster", cluster_to_json(r.plan.problem.cluster)},
+          {"tensor_bytes", r.plan.problem.tensor.bytes()},
+          {"time_s", r.sim.time_s},
+          {"lower_bound_s", r.lower_bound_s},
+          {"ratio", r.sim.time_s / r.lower_bound_s},
+          {"effective_gbps", effective_gbps(r)},
+          {"plan_s", r.plan_s},
+          {"sim_s", r.sim_s},
+          {"ops", std::move(ops)},
+          {"links", std::move(links)}};
+}
+
+}  // namespace
+
+void add_simulate_verb(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  auto* verb = app.add_subcommand(
+      "simulate", "Play a plan on the flow-level network simulator (time, bound, busiest links)");
+  add_plan_source_options(*verb, o->source);
+  verb->add_option("--cluster", o->cluster_file,
+                   "Cluster JSON (docs/json.md); its keys replace the layout's cluster");
+  verb->add_option("--nics-per-host", o->nics_per_host,
+                   "NICs per host, each at --nic-gbps; devices spread evenly over them");
+  verb->add_option("--top", o->top, "Busiest links to list")->capture_default_str();
+  verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
+  verb->add_option("--trace", o->trace_file,
+                   "Write a Chrome/Perfetto trace: a track per device, a counter per NIC");
+  verb->callback([o] {
+    const Report r = run_simulation(*o);
+    if (!o->trace_file.empty())
+      write_text_file(
+          o->trace_file,
+          fmt::format("{}\n", chrome_trace(r.plan, r.plan.problem.cluster, r.sim).dump()));
+    if (o->json)
+      std::cout << to_json(r).dump() << '\n';
+    else
+      print_text(r, o->top);
+  });
+}
+
+}  // namespace meshcast::cli
