@@ -84,6 +84,18 @@ check schedule-check-missing 2 "stage 1 lacks B1" -- "$MESHCAST" schedule --chec
 check schedule-check-roundtrip 0 "makespan 14 s" -- "$MESHCAST" schedule --check "$TMP/eager.json"
 check schedule-unwritable 2 "cannot write" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b -o "$TMP/no/such/dir/x.svg"
 rm -rf "$TMP"
+CONFIGS=$(dirname "$0")/../configs
+check pipeline-gpt 0 "broadcast\+overlap\+eager-1f1b +eager-1f1b +broadcast +yes" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-2.6b-pp2.json"
+check pipeline-json 0 '"meshcast_version".*"methods"' -- "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" --format json -m 4
+check pipeline-missing 2 "cannot read '/no/such.json'" -- "$MESHCAST" pipeline --config /no/such.json
+check pipeline-bad-method 2 "bad --method 'teleport'" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-2.6b-pp2.json" --method teleport --svg /tmp/never-written.svg
+TMP=$(mktemp -d)
+echo '{"cluster": {"hosts": 1}, "microbatches": 2, "stages": [{"mesh": "1", "first_host": 0, "forward_s": 1}, {"mesh": "1", "devices": [0], "forward_s": 1}], "edges": []}' >"$TMP/nochain.json"
+check pipeline-no-chain 2 "edges lack 0->1" -- "$MESHCAST" pipeline --config "$TMP/nochain.json"
+"$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" -m 4 --svg "$TMP/u.svg" --trace "$TMP/u.json" >/dev/null
+check pipeline-svg 0 "^<svg" -- head -c 4 "$TMP/u.svg"
+check pipeline-trace 0 '"traceEvents"' -- cat "$TMP/u.json"
+rm -rf "$TMP"
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

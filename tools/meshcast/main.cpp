@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   meshcast::cli::add_tasks_verb(app);
   meshcast::cli::add_schedule_verb(app);
+  meshcast::cli::add_pipeline_verb(app);
   meshcast::cli::add_plan_verb(app);
   meshcast::cli::add_bench_verb(app);
   meshcast::cli::add_simulate_verb(app);

@@ -7,6 +7,7 @@ namespace meshcast::cli {
 
 void add_tasks_verb(CLI::App& app);
 void add_schedule_verb(CLI::App& app);
+void add_pipeline_verb(CLI::App& app);
 void add_plan_verb(CLI::App& app);
 void add_bench_verb(CLI::App& app);
 void add_simulate_verb(CLI::App& app);
