@@ -145,6 +145,22 @@ Plan load_plan_file(const std::string& path) {
   }
 }
 
+Cluster load_cluster_file(const std::string& path, const Cluster& defaults) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(fmt::format("cannot read cluster file '{}': no such file", path));
+  try {
+    Cluster cluster = cluster_from_json(nlohmann::json::parse(in), defaults);
+    cluster.validate();
+    return cluster;
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError(fmt::format("cluster file '{}' is not JSON: {}", path, e.what()));
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("cluster file '{}': {}", path, e.what()));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("cluster file '{}': {}", path, e.what()));
+  }
+}
+
 Plan plan_from_options(const PlanSourceOptions& o) {
   if (!o.plan_file.empty()) return load_plan_file(o.plan_file);
   PlanOptions options{.strategy = parse_strategy(o.strategy),

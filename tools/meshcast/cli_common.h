@@ -60,6 +60,9 @@ void add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
 // Reads a plan document (docs/json.md) and validates it. Throws ParseError or InvalidArgument
 // naming the file and the problem.
 Plan load_plan_file(const std::string& path);
+// Reads a cluster document (docs/json.md); missing keys keep `defaults`. Throws ParseError or
+// InvalidArgument naming the file and the problem.
+Cluster load_cluster_file(const std::string& path, const Cluster& defaults);
 
 // The plan of --plan, or make_plan over the options. Throws InvalidArgument naming a bad option.
 Plan plan_from_options(const PlanSourceOptions& options);

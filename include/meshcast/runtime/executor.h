@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,9 @@ class Executor {
   virtual int64_t sum_over_processes(int64_t value) = 0;
   // The one process that prints reports (rank 0).
   virtual bool is_leader() const = 0;
+  // The leader's `text` on every process (e.g. the plan it made, so that every rank plays the
+  // same plan even when planning is bounded by wall-clock time).
+  virtual std::string share_from_leader(std::string text) = 0;
 };
 
 }  // namespace meshcast

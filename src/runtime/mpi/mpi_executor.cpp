@@ -198,6 +198,16 @@ class MpiExecutor final : public Executor {
     return out;
   }
   bool is_leader() const override { return rank_ == 0; }
+  std::string share_from_leader(std::string text) override {
+    check_idle("share_from_leader()");
+    int64_t size = static_cast<int64_t>(text.size());
+    MPI_Bcast(&size, 1, MPI_INT64_T, 0, control_);
+    text.resize(size);
+    for (int64_t at = 0; at < size; at += kMaxMessage)
+      MPI_Bcast(text.data() + at, static_cast<int>(std::min(kMaxMessage, size - at)), MPI_CHAR, 0,
+                control_);
+    return text;
+  }
 
   int rank() const { return rank_; }
   MPI_Comm data() const { return data_; }

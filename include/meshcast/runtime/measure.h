@@ -1,0 +1,34 @@
+// Timed, verified runs of one plan on an executor: what `meshcast run` and `meshcast bench`
+// report.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "meshcast/runtime/executor.h"
+
+namespace meshcast {
+
+struct MeasureOptions {
+  int iters = 5;
+  int warmup = 1;
+  bool verify = false;
+};
+
+struct Measurement {
+  std::vector<double> times_s;  // per measured iteration: the slowest process's time
+  double median_s = 0;
+  bool verified = false;  // verification ran and every destination element was right
+  int64_t errors = 0;     // wrong destination elements over all processes (0 unless verified)
+  int64_t checked = 0;    // destination elements checked over all processes
+};
+
+// Compiles `plan` once, allocates tiles for this process's devices, fills the sources with the
+// pattern, then runs `warmup` + `iters` times with a barrier before each; with `verify`, the
+// destinations are poisoned before the last run and checked after it. Collective over the
+// executor's processes. Throws InvalidArgument on iters < 1 or warmup < 0.
+Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& options);
+
+double median(std::vector<double> values);
+
+}  // namespace meshcast

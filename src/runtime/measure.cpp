@@ -1,0 +1,47 @@
+#include "meshcast/runtime/measure.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshcast/error.h"
+#include "meshcast/runtime/buffers.h"
+
+namespace meshcast {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& o) {
+  if (o.iters < 1)
+    throw InvalidArgument(fmt::format("bad iteration count {}: expected >= 1", o.iters));
+  if (o.warmup < 0)
+    throw InvalidArgument(fmt::format("bad warmup count {}: expected >= 0", o.warmup));
+  const auto compiled = executor.compile(plan);
+  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  const auto views = buffer_views(buffers);
+  prepare_tiles(plan.problem, buffers);
+  Measurement m;
+  for (int i = 0; i < o.warmup + o.iters; ++i) {
+    const bool last = i + 1 == o.warmup + o.iters;
+    if (last && o.verify) prepare_tiles(plan.problem, buffers);
+    executor.barrier();
+    const double seconds = executor.max_over_processes(compiled->run(views).seconds);
+    if (i >= o.warmup) m.times_s.push_back(seconds);
+  }
+  m.median_s = median(m.times_s);
+  if (o.verify) {
+    int64_t elements = 0;
+    for (DeviceId d : compiled->devices_here()) elements += tiles_of(plan.problem, d).dst.volume();
+    m.errors = executor.sum_over_processes(count_destination_errors(plan.problem, buffers));
+    m.checked = executor.sum_over_processes(elements);
+    m.verified = m.errors == 0;
+  }
+  return m;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,196 @@
+// `meshcast run`: plays a plan on real buffers with the local or the mpi executor and reports the
+// median time, the effective bandwidth, the simulator's prediction and the verification.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cli_common.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/runtime/local/local_executor.h"
+#include "meshcast/runtime/measure.h"
+#include "meshcast/sim/simulator.h"
+#include "meshcast/version.h"
+#include "verbs.h"
+#ifdef MESHCAST_CLI_WITH_MPI
+#include "meshcast/runtime/mpi/mpi_executor.h"
+#endif
+
+namespace meshcast::cli {
+namespace {
+
+struct RunOptions {
+  PlanSourceOptions source;
+  std::string backend = "local";
+  int threads = 0;
+  bool mpi_bcast = false;
+  MeasureOptions measure;
+  bool json = false;
+  std::string cluster_file;
+};
+
+std::unique_ptr<Executor> make_executor(const RunOptions& o) {
+  if (o.backend == "local") return make_local_executor({.threads = o.threads});
+  if (o.backend == "mpi") {
+#ifdef MESHCAST_CLI_WITH_MPI
+    return make_mpi_executor(
+        {.broadcast = o.mpi_bcast ? MpiBroadcast::mpi_bcast : MpiBroadcast::chain});
+#else
+    throw InvalidArgument(
+        "--backend mpi: this meshcast was built without MPI (Open MPI was not found when it was "
+        "configured); use --backend local");
+#endif
+  }
+  throw InvalidArgument(fmt::format("bad --backend '{}': expected local or mpi", o.backend));
+}
+
+// The plan made (or loaded) by the leader and shared, so that every rank plays the same ops even
+// though the planner's search is bounded by wall-clock time; the leader's error is every rank's.
+Plan shared_plan(Executor& executor, const PlanSourceOptions& source) {
+  std::string text;
+  if (executor.is_leader()) {
+    try {
+      text = plan_to_json(plan_from_options(source)).dump();
+    } catch (const Error& e) {
+      text = fmt::format("!{}", e.what());
+    }
+  }
+  text = executor.share_from_leader(std::move(text));
+  if (text.starts_with('!')) throw InvalidArgument(text.substr(1));
+  return plan_from_json(nlohmann::json::parse(text));
+}
+
+int local_threads(const RunOptions& o) {
+  return o.threads > 0 ? o.threads
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string backend_line(const RunOptions& o, int processes) {
+  if (o.backend == "local") return fmt::format("local, {} worker threads", local_threads(o));
+  return fmt::format("mpi, {} ranks, {} broadcasts", processes,
+                     o.mpi_bcast ? "MPI_Bcast" : "chain");
+}
+
+struct Report {
+  Plan plan;
+  Cluster predicted_on;
+  double predicted_s = 0;
+  Measurement m;
+  int processes = 1;
+
+  double effective_gbps() const {
+    return bytes_to_gbps(static_cast<double>(plan.problem.tensor.bytes()) / m.median_s);
+  }
+};
+
+void print_text(const RunOptions& o, const Report& r) {
+  const auto& t = r.plan.problem.tensor;
+  const auto& c = r.plan.problem.cluster;
+  fmt::print("backend {}\n", backend_line(o, r.processes));
+  fmt::print("plan {}/{}: {} ops, tensor {} {} ({}), {} hosts x {} devices\n",
+             to_string(r.plan.strategy), to_string(r.plan.balance), r.plan.ops.size(),
+             shape_to_string(t.shape, 'x'), to_string(t.dtype),
+             human_bytes(static_cast<double>(t.bytes())), c.hosts, c.devices_per_host);
+  const auto [lo, hi] = std::minmax_element(r.m.times_s.begin(), r.m.times_s.end());
+  fmt::print("time: median {:.6f} s over {} iterations (+{} warmup), min {:.6f} s, max {:.6f} s\n",
+             r.m.median_s, o.measure.iters, o.measure.warmup, *lo, *hi);
+  fmt::print("effective bandwidth: {:.3f} GB/s ({:.2f} Gbps; tensor bytes / median time)\n",
+             r.effective_gbps() / 8, r.effective_gbps());
+  fmt::print(
+      "predicted: {:.6f} s by the simulator on {:g} Gbps NICs, {:g} Gbps device links "
+      "(measured / predicted {:.3f})\n",
+      r.predicted_s, bytes_to_gbps(r.predicted_on.nic_bandwidth),
+      bytes_to_gbps(r.predicted_on.device_bandwidth), r.m.median_s / r.predicted_s);
+  if (o.measure.verify)
+    fmt::print("verify: {} destination elements checked, {} wrong{}\n", r.m.checked, r.m.errors,
+               r.m.verified ? "" : ": FAILED");
+  else
+    fmt::print("verify: off (--verify checks every destination element)\n");
+}
+
+nlohmann::json to_json(const RunOptions& o, const Report& r) {
+  nlohmann::json j = {{"meshcast_version", kVersion},
+                      {"backend", o.backend},
+                      {"processes", r.processes},
+                      {"strategy", to_string(r.plan.strategy)},
+                      {"balance", to_string(r.plan.balance)},
+                      {"ops", r.plan.ops.size()},
+                      {"tensor_bytes", r.plan.problem.tensor.bytes()},
+                      {"iters", o.measure.iters},
+                      {"warmup", o.measure.warmup},
+                      {"times_s", r.m.times_s},
+                      {"median_s", r.m.median_s},
+                      {"effective_gbps", r.effective_gbps()},
+                      {"predicted_s", r.predicted_s},
+                      {"predicted_cluster", cluster_to_json(r.predicted_on)},
+                      {"verified", r.m.verified},
+                      {"errors", o.measure.verify ? nlohmann::json(r.m.errors) : nullptr},
+                      {"checked", r.m.checked}};
+  if (o.backend == "local") j["threads"] = local_threads(o);
+  if (o.backend == "mpi") j["broadcast"] = o.mpi_bcast ? "mpi_bcast" : "chain";
+  return j;
+}
+
+Report run_plan(Executor& executor, const RunOptions& o) {
+  Report r;
+  r.plan = shared_plan(executor, o.source);
+  r.predicted_on = o.cluster_file.empty()
+                       ? r.plan.problem.cluster
+                       : load_cluster_file(o.cluster_file, r.plan.problem.cluster);
+  r.m = measure(executor, r.plan, o.measure);
+  r.processes = static_cast<int>(executor.sum_over_processes(1));
+  if (executor.is_leader()) r.predicted_s = simulate(r.plan, r.predicted_on).time_s;
+  return r;
+}
+
+}  // namespace
+
+void add_run_verb(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto* verb = app.add_subcommand(
+      "run", "Play a plan on real buffers (in-process, or one MPI rank per device under mpirun)");
+  add_plan_source_options(*verb, o->source);
+  verb->add_option("--backend", o->backend,
+                   "local (threads in this process) or mpi (mpirun -np <devices> meshcast run ...)")
+      ->capture_default_str();
+  verb->add_option("--threads", o->threads, "Worker threads of the local backend (0: one per core)")
+      ->capture_default_str();
+  verb->add_flag("--mpi-bcast", o->mpi_bcast,
+                 "mpi backend: broadcasts with MPI_Bcast on cached communicators instead of the "
+                 "chunked chain");
+  verb->add_option("--iters", o->measure.iters, "Timed iterations")->capture_default_str();
+  verb->add_option("--warmup", o->measure.warmup, "Untimed iterations first")
+      ->capture_default_str();
+  verb->add_flag("--verify", o->measure.verify,
+                 "Check every destination element against the pattern of its global index");
+  verb->add_option("--cluster", o->cluster_file,
+                   "Cluster document for the simulator's prediction (default: the plan's cluster)");
+  verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
+  verb->callback([o] {
+    auto executor = make_executor(*o);
+    Report report;
+    try {
+      report = run_plan(*executor, *o);
+    } catch (const Error&) {
+      if (executor->is_leader()) throw;
+      executor.reset();
+      std::exit(2);  // the leader prints the one message
+    }
+    if (executor->is_leader()) {
+      if (o->json)
+        std::cout << to_json(*o, report).dump() << '\n';
+      else
+        print_text(*o, report);
+      std::cout.flush();
+    }
+    if (o->measure.verify && !report.m.verified) {
+      executor.reset();
+      std::exit(1);
+    }
+  });
+}
+
+}  // namespace meshcast::cli
