@@ -6,10 +6,12 @@
 #include <chrono>
 #include <map>
 #include <random>
+#include <stdexcept>
 
 #include "meshcast/error.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"
+#include "run_common.h"
 
 namespace meshcast::cli {
 namespace {
@@ -187,8 +189,8 @@ std::vector<int> parse_case_numbers(std::string_view text) {
 }
 
 void check_backend(std::string_view backend) {
-  if (backend != "sim")
-    throw InvalidArgument(fmt::format("bad --backend '{}': expected sim", backend));
+  if (backend != "sim" && backend != "local" && backend != "mpi")
+    throw InvalidArgument(fmt::format("bad --backend '{}': expected sim, local or mpi", backend));
 }
 
 double BenchRow::effective_gbps() const {
@@ -196,7 +198,7 @@ double BenchRow::effective_gbps() const {
 }
 
 BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
-                     std::string_view backend) {
+                     std::string_view backend, Executor* executor, const MeasureOptions& measure) {
   check_backend(backend);
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {
@@ -205,13 +207,24 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
   BenchRow row{.label = bench_case.label, .description = bench_case.description, .choice = choice};
   row.tensor_bytes = bench_case.problem.tensor.bytes();
   const auto planning = Clock::now();
-  const Plan plan = make_plan(bench_case.problem,
-                              PlanOptions{.strategy = choice.strategy, .balance = choice.balance});
+  const auto make = [&] {
+    return make_plan(bench_case.problem,
+                     PlanOptions{.strategy = choice.strategy, .balance = choice.balance});
+  };
+  const Plan plan = executor ? plan_on_leader(*executor, make) : make();
   row.plan_s = seconds_since(planning);
   row.ops = static_cast<int64_t>(plan.ops.size());
   row.lower_bound_s = plan.lower_bound_s;
   const auto measuring = Clock::now();
-  row.time_s = simulate(plan).time_s;
+  if (executor) {
+    const Measurement m = meshcast::measure(*executor, plan, measure);
+    if (measure.verify && !m.verified)
+      throw std::runtime_error(fmt::format("case {} {}: {} of {} destination elements wrong",
+                                           bench_case.label, choice.name(), m.errors, m.checked));
+    row.time_s = m.median_s;
+  } else {
+    row.time_s = simulate(plan).time_s;
+  }
   row.measure_s = seconds_since(measuring);
   return row;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meshcast/plan/planner.h"
+#include "meshcast/runtime/measure.h"
 
 namespace meshcast::cli {
 
@@ -46,8 +47,8 @@ std::vector<StrategyChoice> parse_strategies(std::string_view text);
 // "1,7" -> {1, 7}; throws InvalidArgument unless every entry is in 1..8.
 std::vector<int> parse_case_numbers(std::string_view text);
 
-// Where a row's time comes from. Only "sim" (the flow-level simulator) is built in; executors
-// that run the plan for real plug in at measure_row.
+// Where a row's time comes from: "sim" (the flow-level simulator), or "local" / "mpi", which
+// play the plan for real (measure_row then gets their executor).
 void check_backend(std::string_view backend);
 
 struct BenchRow {
@@ -68,9 +69,11 @@ struct BenchRow {
 };
 
 // Plans `bench_case` with `choice` and times it on `backend`: the one place a row's time is
-// obtained.
+// obtained. With an executor the plan is made on its leader and played for real: the time is
+// the median of `measure`'s iterations, and a failed verification throws std::runtime_error.
 BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
-                     std::string_view backend);
+                     std::string_view backend, Executor* executor = nullptr,
+                     const MeasureOptions& measure = {});
 
 // Fills each row's speedup from the send_recv row of its case.
 void fill_speedups(std::vector<BenchRow>& rows);

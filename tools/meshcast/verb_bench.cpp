@@ -13,6 +13,7 @@
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/version.h"
+#include "run_common.h"
 #include "verbs.h"
 
 namespace meshcast::cli {
@@ -28,6 +29,8 @@ struct BenchOptions {
   std::string scale_hosts = "64,512";
   int64_t max_tasks = 1'000'000;
   std::string backend = "sim";
+  int64_t bytes = 0;  // local/mpi: tensors shrunk to about this size (0: kRealBackendBytes)
+  MeasureOptions measure{.iters = 3, .warmup = 1, .verify = false};
   bool json = false;
   std::string svg;
 };
@@ -148,8 +151,13 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
   return j;
 }
 
+// Tensor size the real backends use by default: the paper's 2 GiB tensors, replicated over
+// meshes, would not fit in a small machine's memory.
+constexpr int64_t kRealBackendBytes = 64 << 20;
+
 void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
+  if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
   const auto strategies = o.strategies.empty() ? all_strategies() : parse_strategies(o.strategies);
   const auto numbers = o.cases.empty() ? std::vector<int>{} : parse_case_numbers(o.cases);
   if (!o.cases.empty() && o.suite != "paper")
@@ -176,6 +184,23 @@ void run_bench(const BenchOptions& o) {
 
   std::vector<BenchRow> rows;
   std::vector<Skipped> skipped;
+  // local/mpi: smaller tensors, and under MPI clusters grown with idle hosts to the ranks started.
+  std::unique_ptr<Executor> executor;
+  if (o.backend != "sim") {
+    executor = make_executor(o.backend, 0, false);
+    const int ranks = static_cast<int>(executor->sum_over_processes(1));
+    std::vector<BenchCase> playable;
+    for (auto& c : suite) {
+      shrink_tensor(c.problem, o.bytes > 0 ? o.bytes : kRealBackendBytes);
+      const auto why = o.backend == "mpi" ? fit_cluster(c.problem, ranks) : std::nullopt;
+      if (why)
+        skipped.push_back({c.label, c.description, *why});
+      else
+        playable.push_back(std::move(c));
+    }
+    suite = std::move(playable);
+  }
+  const bool prints = !executor || executor->is_leader();
   {
     Progress progress(suite.size() * strategies.size());
     for (const auto& c : suite) {
@@ -187,11 +212,12 @@ void run_bench(const BenchOptions& o) {
       }
       for (const auto& s : strategies) {
         progress.step(c, s);
-        rows.push_back(measure_row(c, s, o.backend));
+        rows.push_back(measure_row(c, s, o.backend, executor.get(), o.measure));
       }
     }
   }
   fill_speedups(rows);
+  if (!prints) return;
 
   if (!o.svg.empty()) {
     const std::string title =
@@ -226,7 +252,18 @@ void add_bench_verb(CLI::App& app) {
   verb->add_option("--max-tasks", o->max_tasks,
                    "With --scale, skip (and say so) cases that may have more unit tasks")
       ->capture_default_str();
-  verb->add_option("--backend", o->backend, "Where times come from: sim")->capture_default_str();
+  verb->add_option("--backend", o->backend,
+                   "Where times come from: sim, local (threads in this process) or mpi (under "
+                   "mpirun, one rank per device)")
+      ->capture_default_str();
+  verb->add_option("--bytes", o->bytes,
+                   "local/mpi: shrink each tensor's first dimension to about this many bytes "
+                   "(0: 64 MiB)")
+      ->capture_default_str();
+  verb->add_option("--iters", o->measure.iters, "local/mpi: timed iterations per row (median)")
+      ->capture_default_str();
+  verb->add_flag("--verify", o->measure.verify,
+                 "local/mpi: check every destination element of each row's last run");
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->add_option("--svg", o->svg, "Write a grouped bar chart of effective bandwidth here");
   verb->callback([o] { run_bench(*o); });

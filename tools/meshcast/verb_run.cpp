@@ -10,14 +10,11 @@
 #include "cli_common.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
-#include "meshcast/runtime/local/local_executor.h"
 #include "meshcast/runtime/measure.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/version.h"
+#include "run_common.h"
 #include "verbs.h"
-#ifdef MESHCAST_CLI_WITH_MPI
-#include "meshcast/runtime/mpi/mpi_executor.h"
-#endif
 
 namespace meshcast::cli {
 namespace {
@@ -31,37 +28,6 @@ struct RunOptions {
   bool json = false;
   std::string cluster_file;
 };
-
-std::unique_ptr<Executor> make_executor(const RunOptions& o) {
-  if (o.backend == "local") return make_local_executor({.threads = o.threads});
-  if (o.backend == "mpi") {
-#ifdef MESHCAST_CLI_WITH_MPI
-    return make_mpi_executor(
-        {.broadcast = o.mpi_bcast ? MpiBroadcast::mpi_bcast : MpiBroadcast::chain});
-#else
-    throw InvalidArgument(
-        "--backend mpi: this meshcast was built without MPI (Open MPI was not found when it was "
-        "configured); use --backend local");
-#endif
-  }
-  throw InvalidArgument(fmt::format("bad --backend '{}': expected local or mpi", o.backend));
-}
-
-// The plan made (or loaded) by the leader and shared, so that every rank plays the same ops even
-// though the planner's search is bounded by wall-clock time; the leader's error is every rank's.
-Plan shared_plan(Executor& executor, const PlanSourceOptions& source) {
-  std::string text;
-  if (executor.is_leader()) {
-    try {
-      text = plan_to_json(plan_from_options(source)).dump();
-    } catch (const Error& e) {
-      text = fmt::format("!{}", e.what());
-    }
-  }
-  text = executor.share_from_leader(std::move(text));
-  if (text.starts_with('!')) throw InvalidArgument(text.substr(1));
-  return plan_from_json(nlohmann::json::parse(text));
-}
 
 int local_threads(const RunOptions& o) {
   return o.threads > 0 ? o.threads
@@ -136,7 +102,7 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
 
 Report run_plan(Executor& executor, const RunOptions& o) {
   Report r;
-  r.plan = shared_plan(executor, o.source);
+  r.plan = plan_on_leader(executor, [&] { return plan_from_options(o.source); });
   r.predicted_on = o.cluster_file.empty()
                        ? r.plan.problem.cluster
                        : load_cluster_file(o.cluster_file, r.plan.problem.cluster);
@@ -170,7 +136,7 @@ void add_run_verb(CLI::App& app) {
                    "Cluster document for the simulator's prediction (default: the plan's cluster)");
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->callback([o] {
-    auto executor = make_executor(*o);
+    auto executor = make_executor(o->backend, o->threads, o->mpi_bcast);
     Report report;
     try {
       report = run_plan(*executor, *o);
