@@ -72,20 +72,30 @@ TEST(PipelineSimulatorTest, FreeCommunicationTakesTwoTimesMPlusNMinusOneTicks) {
 // The paper's claim: with a cross-stage delay c <= the forward time and overlap on, eager-1F1B
 // only pays the transfers of the pipeline's fill and drain, 2(n-1)c, whatever m is; 1F1B pays a
 // transfer on the critical path of every steady-state step, so its extra time grows with m.
+// Checked with F = B = 1 and with the usual B = 2F.
 TEST(PipelineSimulatorTest, EagerHidesTransfersWhileOneFOneBPaysThemPerMicrobatch) {
-  for (int n : {2, 4, 6})
-    for (double c : {0.25, 0.5, 1.0}) {
-      double previous_f1b_extra = -1;
-      for (int m : {8, 16, 32}) {
-        const double free = 2.0 * (m + n - 1);
-        EXPECT_NEAR(makespan(ScheduleKind::eager_1f1b, n, m, c), free + 2 * (n - 1) * c, 1e-9)
-            << "n=" << n << " m=" << m << " c=" << c;
-        const double f1b_extra = makespan(ScheduleKind::one_f_one_b, n, m, c) - free;
-        EXPECT_GT(f1b_extra, 2 * (n - 1) * c + 1e-9) << "n=" << n << " m=" << m << " c=" << c;
-        EXPECT_GT(f1b_extra, previous_f1b_extra + 1e-9) << "n=" << n << " m=" << m << " c=" << c;
-        previous_f1b_extra = f1b_extra;
+  for (double backward : {1.0, 2.0})
+    for (int n : {2, 4, 6})
+      for (double c : {0.25, 0.5, 1.0}) {
+        double previous_f1b_extra = -1;
+        for (int m : {8, 16, 32}) {
+          auto run = [&](ScheduleKind kind, double transfer) {
+            return simulate_pipeline(make_schedule(kind, n, m),
+                                     uniform_costs(n, 1, backward, transfer))
+                .makespan_s;
+          };
+          const double free = (1 + backward) * (m + n - 1);
+          ASSERT_DOUBLE_EQ(run(ScheduleKind::eager_1f1b, 0), free);
+          ASSERT_DOUBLE_EQ(run(ScheduleKind::one_f_one_b, 0), free);
+          const auto where = ::testing::Message()
+                             << "B=" << backward << " n=" << n << " m=" << m << " c=" << c;
+          EXPECT_NEAR(run(ScheduleKind::eager_1f1b, c), free + 2 * (n - 1) * c, 1e-9) << where;
+          const double f1b_extra = run(ScheduleKind::one_f_one_b, c) - free;
+          EXPECT_GT(f1b_extra, 2 * (n - 1) * c + 1e-9) << where;
+          EXPECT_GT(f1b_extra, previous_f1b_extra + 1e-9) << where;
+          previous_f1b_extra = f1b_extra;
+        }
       }
-    }
 }
 
 TEST(PipelineSimulatorTest, OverlapNeverLosesAndBlockingPaysEveryTransfer) {
