@@ -95,6 +95,16 @@ check pipeline-no-chain 2 "edges lack 0->1" -- "$MESHCAST" pipeline --config "$T
 "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" -m 4 --svg "$TMP/u.svg" --trace "$TMP/u.json" >/dev/null
 check pipeline-svg 0 "^<svg" -- head -c 4 "$TMP/u.svg"
 check pipeline-trace 0 '"traceEvents"' -- cat "$TMP/u.json"
+# meshcast run / bench on the local backend (the mpi backend: runtime_mpi_cli_test.sh)
+RUN=(--shape 8,12 --dtype int64 --src-mesh 2x2 --src-spec S0S1 --dst-mesh 2x2 --dst-spec RS01)
+check run-local-verify 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --verify --iters 2
+check run-local-json 0 '"verified":true' -- "$MESHCAST" run "${RUN[@]}" --verify --json --strategy allgather
+check run-prediction 0 "predicted: .* by the simulator" -- "$MESHCAST" run "${RUN[@]}" --iters 1
+check run-bad-backend 2 "bad --backend 'foo': expected local or mpi" -- "$MESHCAST" run "${RUN[@]}" --backend foo
+check run-bad-iters 2 "bad iteration count 0: expected >= 1" -- "$MESHCAST" run "${RUN[@]}" --iters 0
+check run-bad-cluster 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" run "${RUN[@]}" --cluster /nonexistent.json
+check bench-local-verify 0 "backend local" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --verify
+check bench-bad-bytes 2 "bad --bytes -1" -- "$MESHCAST" bench --backend local --bytes -1
 rm -rf "$TMP"
 
 echo "$passes passed, $failures failed"

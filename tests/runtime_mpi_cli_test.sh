@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `meshcast run` and `meshcast bench` with --backend mpi under mpirun, end to end: one report from
+# rank 0, every element verified, and a wrong rank count as one clear error with no hang.
+# Usage: runtime_mpi_cli_test.sh path/to/meshcast
+set -u
+MESHCAST=$1
+MPIRUN=(timeout 120 mpirun --oversubscribe)
+[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+failures=0
+passes=0
+
+check() {  # check NAME EXPECT(0|nonzero) PATTERN COUNT -- command args...: PATTERN on COUNT lines
+  local name=$1 want=$2 pattern=$3 count=$4
+  shift 5
+  local out rc lines
+  out=$("$@" 2>&1)
+  rc=$?
+  lines=$(grep -cE -- "$pattern" <<<"$out")
+  if [[ $want == 0 && $rc -ne 0 ]] || [[ $want != 0 && ($rc -eq 0 || $rc -eq 124) ]]; then
+    echo "FAIL $name: exit $rc, expected $want"; echo "$out" | head -20; failures=$((failures + 1))
+  elif [[ $lines -ne $count ]]; then
+    echo "FAIL $name: /$pattern/ on $lines lines, expected $count"; echo "$out" | head -20
+    failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+CASE7=(--paper-case 7 --scale 256)  # 3 hosts x 4 devices: 12 ranks
+check wrong-rank-count nonzero "has 12 devices \(3 hosts x 4 per host\), but MPI started 5 ranks" 1 -- \
+  "${MPIRUN[@]}" -np 5 "$MESHCAST" run --backend mpi "${CASE7[@]}"
+check run-verify 0 "checked, 0 wrong" 1 -- \
+  "${MPIRUN[@]}" -np 12 "$MESHCAST" run --backend mpi "${CASE7[@]}" --verify --iters 2
+check run-json 0 '"backend":"mpi".*"verified":true' 1 -- \
+  "${MPIRUN[@]}" -np 12 "$MESHCAST" run --backend mpi "${CASE7[@]}" --verify --json --strategy send_recv
+check run-mpi-bcast 0 "MPI_Bcast broadcasts" 1 -- \
+  "${MPIRUN[@]}" -np 12 "$MESHCAST" run --backend mpi --mpi-bcast "${CASE7[@]}" --verify --iters 1
+check bad-option-on-every-rank nonzero "bad strategy 'nope'" 1 -- \
+  "${MPIRUN[@]}" -np 2 "$MESHCAST" run --backend mpi --shape 4 --src-mesh 2 --src-spec S0 --dst-spec R --strategy nope
+check bench-mpi-verify 0 "^7 .*broadcast/order" 1 -- \
+  "${MPIRUN[@]}" -np 12 "$MESHCAST" bench --backend mpi --cases 7 --bytes 65536 --iters 1 --verify
+
+echo "$passes passed, $failures failed"
+[[ $failures -eq 0 ]]
