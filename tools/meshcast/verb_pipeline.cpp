@@ -1,5 +1,6 @@
 // `meshcast pipeline`: simulate a model configuration under the paper's communication methods and
-// every schedule, with transfer times from our planner and network simulator, side by side.
+// each one-chunk schedule, with transfer times from our planner and network simulator, side by
+// side.
 #include <fmt/format.h>
 
 #include <algorithm>
