@@ -153,7 +153,8 @@ TEST(PlannerTest, PaperCase6OrderNoLaterThanSizeNoLaterThanNone) {
   const double order = time_of(Balance::order);
   EXPECT_LE(order, size);
   EXPECT_LE(size, none);
-  // Ordering matters here: the greedy overlaps the two source hosts, none does not.
+  // none sends tasks 0 and 1 from device 0 one after the other, and tasks 2 and 3 (host 1) wait
+  // behind task 1 on host 3's devices; order overlaps the two source hosts.
   EXPECT_LT(order, none);
 }
 

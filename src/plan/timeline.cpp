@@ -76,18 +76,6 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
   return cost;
 }
 
-Replay::Replay(const Resharding& problem) : model_(problem), free_at_(model_.resources(), 0.0) {}
-
-Slot Replay::place(const Op& op) {
-  const auto cost = model_.cost_of(op);
-  double start = 0;
-  for (int r : cost.resources) start = std::max(start, free_at_[r]);
-  const Slot slot{start, start + cost.duration};
-  for (int r : cost.resources) free_at_[r] = slot.finish;
-  makespan_ = std::max(makespan_, slot.finish);
-  return slot;
-}
-
 Schedule::Schedule(const Resharding& problem) : model_(problem), busy_(model_.resources()) {}
 
 double Schedule::earliest_start(const std::vector<int>& resources, double duration,
@@ -119,13 +107,17 @@ Slot Schedule::insert(const Op& op, double release) {
   const auto cost = model_.cost_of(op);
   const double start = earliest_start(cost.resources, cost.duration, release);
   const Slot slot{start, start + cost.duration};
-  for (int r : cost.resources) {
+  occupy(cost.resources, slot);
+  return slot;
+}
+
+void Schedule::occupy(const std::vector<int>& resources, Slot slot) {
+  for (int r : resources) {
     auto& busy = busy_[r];
-    busy.insert(std::upper_bound(busy.begin(), busy.end(), start,
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), slot.start,
                                  [](double v, const Slot& s) { return v < s.start; }),
                 slot);
   }
-  return slot;
 }
 
 void Schedule::remove(const Op& op, Slot slot) {
@@ -135,6 +127,28 @@ void Schedule::remove(const Op& op, Slot slot) {
       return s.start == slot.start && s.finish == slot.finish;
     }));
   }
+}
+
+Replay::Replay(const Resharding& problem)
+    : nics_(problem), device_free_at_(problem.cluster.devices(), 0.0) {}
+
+Slot Replay::place(const Op& op) {
+  const auto cost = nics_.model().cost_of(op);
+  double ready = 0;
+  std::vector<int> nics;
+  for (int r : cost.resources) {
+    if (nics_.model().is_device(r))
+      ready = std::max(ready, device_free_at_[r]);
+    else
+      nics.push_back(r);
+  }
+  const double start = nics_.earliest_start(nics, cost.duration, ready);
+  const Slot slot{start, start + cost.duration};
+  nics_.occupy(nics, slot);
+  for (int r : cost.resources)
+    if (nics_.model().is_device(r)) device_free_at_[r] = slot.finish;
+  makespan_ = std::max(makespan_, slot.finish);
+  return slot;
 }
 
 }  // namespace meshcast::detail

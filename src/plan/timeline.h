@@ -26,6 +26,7 @@ class CostModel {
   };
   Cost cost_of(const Op& op) const;
   int resources() const { return devices_ + 2 * hosts_; }
+  bool is_device(int resource) const { return resource < devices_; }
 
  private:
   int nic_out(int host) const { return devices_ + host; }
@@ -41,7 +42,28 @@ struct Slot {
   double finish = 0;
 };
 
-// Plays ops in plan order: each starts when all its resources finished their earlier ops.
+// Places ops into the earliest window, at or after a release time, in which all their resources
+// are idle (earlier gaps included).
+class Schedule {
+ public:
+  explicit Schedule(const Resharding& problem);
+  const CostModel& model() const { return model_; }
+  Slot probe(const Op& op, double release) const;
+  Slot insert(const Op& op, double release);
+  // Undoes insert(op, ...) that returned `slot`.
+  void remove(const Op& op, Slot slot);
+  double earliest_start(const std::vector<int>& resources, double duration, double release) const;
+  void occupy(const std::vector<int>& resources, Slot slot);
+
+ private:
+  CostModel model_;
+  std::vector<std::vector<Slot>> busy_;  // per resource, sorted, disjoint
+};
+
+// Plays ops in plan order as DESIGN.md's semantics say: an op starts once each of its devices
+// has finished its earlier ops. Each NIC direction carries one op at a time, in whatever order
+// fits (the earliest idle window after the devices are ready). Sorting a Schedule's ops by start
+// gives a plan whose Replay finishes no later than the Schedule.
 class Replay {
  public:
   explicit Replay(const Resharding& problem);
@@ -49,27 +71,9 @@ class Replay {
   double makespan() const { return makespan_; }
 
  private:
-  CostModel model_;
-  std::vector<double> free_at_;
+  Schedule nics_;
+  std::vector<double> device_free_at_;
   double makespan_ = 0;
-};
-
-// Places ops into the earliest window, at or after a release time, in which all their resources
-// are idle (earlier gaps included). Sorting placed ops by start gives a plan whose Replay
-// finishes no later than the schedule.
-class Schedule {
- public:
-  explicit Schedule(const Resharding& problem);
-  Slot probe(const Op& op, double release) const;
-  Slot insert(const Op& op, double release);
-  // Undoes insert(op, ...) that returned `slot`.
-  void remove(const Op& op, Slot slot);
-
- private:
-  double earliest_start(const std::vector<int>& resources, double duration, double release) const;
-
-  CostModel model_;
-  std::vector<std::vector<Slot>> busy_;  // per resource, sorted, disjoint
 };
 
 }  // namespace meshcast::detail

@@ -8,11 +8,12 @@
 
 namespace meshcast {
 
-// Seconds to play the plan in order when each device, each host NIC direction and each op is a
-// serial resource: an op starts once all its devices and NIC directions are free. Durations:
-// send = lat + bytes / slowest link; broadcast = (chunks + hops - 1) * (lat + chunk / slowest
-// hop); allgather (ring on one host) = (n - 1) * (lat + part / device link); copy = lat + bytes
-// / device link. Never below lower_bound of the same problem. Is what balance=order minimizes.
+// Seconds to play the plan with DESIGN.md's semantics on a serial-resource model: an op starts
+// once each of its devices has finished its earlier ops in plan order, and each host NIC
+// direction carries one op at a time (the earliest idle window after the devices are ready).
+// Durations: send = lat + bytes / slowest link; broadcast = (chunks + hops - 1) * (lat + chunk /
+// slowest hop); allgather (ring on one host) = (n - 1) * (lat + part / device link); copy = lat +
+// bytes / device link. Never below lower_bound of the same problem; balance=order minimizes it.
 double estimate(const Plan& plan);
 
 // Bytes through one host's NIC in each direction.
