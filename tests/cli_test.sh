@@ -107,5 +107,35 @@ check bench-local-verify 0 "backend local" -- "$MESHCAST" bench --backend local 
 check bench-bad-bytes 2 "bad --bytes -1" -- "$MESHCAST" bench --backend local --bytes -1
 rm -rf "$TMP"
 
+# meshcast simulate / bench on the flow-level simulator
+TMP=$(mktemp -d)
+check simulate-text 0 "lower bound +1\.717987 s +ratio 1\.0" -- "$MESHCAST" simulate --paper-case 7
+check simulate-json 0 '"ops":\[\{"end_s"' -- "$MESHCAST" simulate --paper-case 7 --json
+check simulate-nics 0 "2 NIC\(s\) per host" -- "$MESHCAST" simulate --paper-case 7 --strategy send_recv --nics-per-host 2
+echo '{"nic_gbps": 20, "host_nics": [1, 2, 2]}' >"$TMP/cluster.json"
+check simulate-cluster-file 0 "at 20 Gbps.*per-host overrides" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/cluster.json"
+echo '{"nics_per_host": 0}' >"$TMP/bad-cluster.json"
+check simulate-bad-cluster 2 "bad NICs per host 0: expected > 0" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/bad-cluster.json"
+check simulate-no-cluster 2 "cannot read cluster file '/no/such.json'" -- "$MESHCAST" simulate --paper-case 7 --cluster /no/such.json
+check simulate-bad-nics 2 "bad --nics-per-host -1" -- "$MESHCAST" simulate --paper-case 7 --nics-per-host -1
+"$MESHCAST" plan --paper-case 7 --strategy allgather --json >"$TMP/plan.json"
+check simulate-plan-file 0 "plan: allgather balance size" -- "$MESHCAST" simulate --plan "$TMP/plan.json"
+"$MESHCAST" simulate --paper-case 1 --trace "$TMP/trace.json" >/dev/null
+check simulate-trace 0 '"traceEvents".*"name":"nic0.out"' -- cat "$TMP/trace.json"
+check simulate-unwritable 2 "cannot write" -- "$MESHCAST" simulate --paper-case 1 --trace "$TMP/no/dir/t.json"
+check bench-paper 0 "^7 .*broadcast/order .* 7\.9[0-9]x" -- "$MESHCAST" bench --cases 1,7
+check bench-json 0 '"backend":"sim".*"rows":\[\{"balance":"size","case":7' -- "$MESHCAST" bench --cases 7 --json
+"$MESHCAST" bench --cases 2,6 --svg "$TMP/chart.svg" >/dev/null
+check bench-svg 0 "case 6" -- cat "$TMP/chart.svg"
+check bench-single-sender 0 "4x2 .*broadcast/order" -- "$MESHCAST" bench --suite single-sender --strategies broadcast
+check bench-random 0 "^r3 " -- "$MESHCAST" bench --suite random --count 3 --seed 5 --strategies send_recv,broadcast/order
+check bench-scale 0 "\(4,8\) RRR +broadcast/order" -- "$MESHCAST" bench --scale --scale-hosts 4 --cases 7 --strategies broadcast
+check bench-bad-strategy 2 "bad strategy 'teleport' in --strategies" -- "$MESHCAST" bench --strategies send_recv,teleport
+check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,9
+check bench-bad-suite 2 "bad --suite 'foo'" -- "$MESHCAST" bench --suite foo
+check bench-bad-hosts 2 "bad host count '3' in --scale-hosts" -- "$MESHCAST" bench --scale --scale-hosts 3
+check bench-unwritable 2 "cannot write" -- "$MESHCAST" bench --cases 1 --svg "$TMP/no/dir/c.svg"
+rm -rf "$TMP"
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -119,7 +119,7 @@ std::string bench_chart_svg(const std::vector<BenchRow>& rows, std::string_view 
         "<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#c00000\" "
         "stroke-dasharray=\"4,3\"/>\n"
         "<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00000\" font-size=\"9\">bound</text>\n",
-        group_left, x, bound_y, bound_y, group_left, bound_y - 3);
+        group_left, x, bound_y, bound_y, x + 2, bound_y + 3);
     svg += fmt::format(
         "<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\" font-weight=\"bold\">case {2}</text>\n"
         "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\" font-size=\"8\">{4}</text>\n",
