@@ -65,7 +65,7 @@ std::string gantt_svg(const Schedule& s, const PipelineResult& r, std::string_vi
       "<text x=\"{:.0f}\" y=\"20\" font-size=\"14\">{}</text>\n",
       kLeft + kWidth + 20, height, kLeft,
       escape_xml(fmt::format("{}{}makespan {:.6g} s, bubble {:.1f}%, F blue, B orange, "
-                             "blocked on transfers hatched",
+                             "waiting on transfers hatched",
                              title, title.empty() ? "" : ": ", r.makespan_s,
                              100 * r.bubble_fraction)));
   for (int d = 0; d < s.stages; ++d) {
