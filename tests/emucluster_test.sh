@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The emulated cluster end to end (CTest label emucluster): 3 hosts x 4 ranks on shaped NICs; MPI
-# sees 3 nodes, calibration finds the shaped rate and shared memory inside a host, and nothing
+# sees 3 nodes, calibration finds the shaped rate and shared memory inside a host, paper case 7
+# (scaled down) arrives intact with send_recv and broadcast under the MPI backend, and nothing
 # (namespace, veth, bridge, process) is left behind, even on failure.
 # Usage: emucluster_test.sh path/to/scripts/emucluster path/to/meshcast
 # Exit 77 (CTest: skipped) with the reason printed when the machine cannot host the testbed.
@@ -118,3 +119,18 @@ else
   if ((lo_bytes < 1 << 20)); then pass "intra-host bytes bypass loopback TCP ($lo_bytes B on lo)"; else fail "$lo_bytes B went over lo in host 0: intra-host traffic uses TCP, not shared memory"; fi
 fi
 check_no_processes calibrate
+
+# --- paper case 7 (1x4 S1RR -> 2x4 RRR) scaled down, played with send_recv and broadcast --------
+# Every destination element is checked against the pattern of its global index (--verify: exit 1
+# and "wrong" in the report on any mismatch): 4x1024x512 elements on each of the 8 receivers.
+for strategy in send_recv broadcast; do
+  report=$(run_mpi "$MESHCAST" run --backend mpi --paper-case 7 --scale 256 --strategy $strategy \
+    --iters 1 --warmup 0 --verify 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -qE "verify: 16777216 destination elements checked, 0 wrong$" <<<"$report"; then
+    pass "case 7 $strategy: every destination element right"
+  else
+    fail "case 7 $strategy: exit $rc: $report"
+  fi
+  check_no_processes "case 7 $strategy"
+done
