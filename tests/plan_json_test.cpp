@@ -67,6 +67,19 @@ TEST(PlanJsonTest, NamesTheBadKey) {
   EXPECT_THROW(plan_from_json(j), ParseError);
 }
 
+TEST(PlanJsonTest, RejectsSlicesOfTooManyDimensions) {
+  auto j = plan_to_json(sample_plan());
+  j["ops"][0]["slice"] = nlohmann::json::array();
+  for (int d = 0; d < 9; ++d) j["ops"][0]["slice"].push_back({0, 1});
+  try {
+    plan_from_json(j);
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_NE(std::string(e.what()).find("9 dimensions, expected at most 8"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(AllgatherPartTest, SplitsLongestDimensionLikeTorchChunk) {
   const Box b{{{0, 4}, {10, 20}, {0, 3}}};
   EXPECT_EQ(allgather_part(b, 4, 0), (Box{{{0, 4}, {10, 13}, {0, 3}}}));

@@ -124,6 +124,9 @@ json box_to_json(const Box& box) {
 Box box_from_json(const json& j) {
   if (!j.is_array())
     throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", j.dump()));
+  if (j.size() > static_cast<size_t>(kMaxRank))
+    throw ParseError(fmt::format("bad slice {}: {} dimensions, expected at most {}", j.dump(),
+                                 j.size(), kMaxRank));
   Box box;
   for (const auto& d : j) {
     if (!d.is_array() || d.size() != 2 || !d[0].is_number_integer() || !d[1].is_number_integer())
