@@ -94,7 +94,7 @@ std::vector<BenchCase> single_sender_suite() {
       const TensorSpec vector{{bytes / 4}, DType::int32};
       BenchCase c;
       c.label = fmt::format("{}x{}", mesh[0], mesh[1]);
-      if (bytes != sizes[0].first) c.label += fmt::format("/{}", size_name.substr(0, 2));
+      if (bytes != sizes[0].first) c.label += fmt::format("/{}MB", bytes / 1'000'000);
       c.problem = on_paper_cluster(vector, {1, 1}, "R", mesh, "R", 4);
       c.description = fmt::format("{} {}", describe(c.problem), size_name);
       suite.push_back(std::move(c));
