@@ -111,21 +111,39 @@ Slot Schedule::insert(const Op& op, double release) {
   return slot;
 }
 
+// Busy time is kept as merged intervals, so a resource packed back to back (a busy NIC) is one
+// interval and the window search stays short.
 void Schedule::occupy(const std::vector<int>& resources, Slot slot) {
   for (int r : resources) {
     auto& busy = busy_[r];
-    busy.insert(std::upper_bound(busy.begin(), busy.end(), slot.start,
-                                 [](double v, const Slot& s) { return v < s.start; }),
-                slot);
+    auto next = std::upper_bound(busy.begin(), busy.end(), slot.start,
+                                 [](double v, const Slot& s) { return v < s.start; });
+    if (next != busy.begin() && std::prev(next)->finish == slot.start) {
+      auto prev = std::prev(next);
+      prev->finish = slot.finish;
+      if (next != busy.end() && next->start == slot.finish) {
+        prev->finish = next->finish;
+        busy.erase(next);
+      }
+    } else if (next != busy.end() && next->start == slot.finish) {
+      next->start = slot.start;
+    } else {
+      busy.insert(next, slot);
+    }
   }
 }
 
 void Schedule::remove(const Op& op, Slot slot) {
   for (int r : model_.cost_of(op).resources) {
     auto& busy = busy_[r];
-    busy.erase(std::find_if(busy.begin(), busy.end(), [&](const Slot& s) {
-      return s.start == slot.start && s.finish == slot.finish;
-    }));
+    // The merged interval that contains the slot, split around it.
+    auto it = std::prev(std::upper_bound(busy.begin(), busy.end(), slot.start,
+                                         [](double v, const Slot& s) { return v < s.start; }));
+    const Slot before{it->start, slot.start};
+    const Slot after{slot.finish, it->finish};
+    it = busy.erase(it);
+    if (after.finish > after.start) it = busy.insert(it, after);
+    if (before.finish > before.start) busy.insert(it, before);
   }
 }
 
