@@ -176,6 +176,19 @@ TEST(PlannerTest, SplitSharesTasksBetweenReplicaHosts) {
   EXPECT_LT(std::max(traffic[0].out_bytes, traffic[1].out_bytes), p.tensor.bytes() * 2 / 3);
 }
 
+TEST(PlannerTest, SizeSplitsWhenThatLowersTheBusiestHoldersBytes) {
+  const Resharding p = problem_of({3 * 4096}, Mesh::placed({2, 1}, 0, 1), "R",
+                                  Mesh::placed({3, 1}, 2, 1), "S0", 5, 1);
+  const auto busiest = [&](bool split) {
+    const Plan plan = make_plan(p, {.balance = Balance::size, .split = split});
+    validate_plan(plan);
+    const auto traffic = host_traffic(plan);
+    return std::max(traffic[0].out_bytes, traffic[1].out_bytes);
+  };
+  EXPECT_EQ(busiest(false), p.tensor.bytes() * 2 / 3);  // one host sends two of three slices
+  EXPECT_EQ(busiest(true), p.tensor.bytes() / 2);
+}
+
 TEST(PlannerTest, BroadcastChunks) {
   const Plan automatic = make_plan(paper(7));
   for (const Op& op : automatic.ops) {

@@ -64,8 +64,11 @@ DeviceId pick_least_loaded(const Transfer& transfer, int64_t bytes, const std::v
   return best;
 }
 
-int64_t max_load(const Loads& loads) {
-  return *std::max_element(loads.host.begin(), loads.host.end());
+// The most bytes any of `hosts` has sent.
+int64_t max_load(const Loads& loads, const std::vector<int>& hosts) {
+  int64_t most = 0;
+  for (int h : hosts) most = std::max(most, loads.host[h]);
+  return most;
 }
 
 // ---- order ---------------------------------------------------------------------------------
@@ -226,7 +229,8 @@ std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& 
           split_senders.push_back(pick_least_loaded(t, bytes, used, split, cluster));
           used.push_back(cluster.host_of(split_senders.back()));
         }
-        if (max_load(split) < max_load(whole)) {
+        const auto holders = hosts_of(t.candidates, cluster);
+        if (max_load(split, holders) < max_load(whole, holders)) {
           whole = split;
           senders = split_senders;
         }
