@@ -138,8 +138,9 @@ void print_text(const Report& r, int top) {
              to_string(plan.strategy), to_string(plan.balance), plan.ops.size(), kinds[0], kinds[1],
              kinds[2], kinds[3]);
   fmt::print("simulated time   {:.6f} s\n", r.sim.time_s);
-  fmt::print("lower bound      {:.6f} s   ratio {:.3f}\n", r.lower_bound_s,
-             r.sim.time_s / r.lower_bound_s);
+  // A plan of copies only has a zero bound: no ratio to speak of.
+  fmt::print("lower bound      {:.6f} s   ratio {}\n", r.lower_bound_s,
+             r.lower_bound_s > 0 ? fmt::format("{:.3f}", r.sim.time_s / r.lower_bound_s) : "-");
   fmt::print("effective bw     {:.2f} Gbps (tensor bits / time)\n", effective_gbps(r));
   fmt::print("wall clock       planning {:.3f} s, simulation {:.3f} s ({} flows, {} steps)\n",
              r.plan_s, r.sim_s, r.sim.flows, r.sim.events);
