@@ -75,6 +75,7 @@ check schedule-bad-kind 2 "bad schedule kind 'zigzag'" -- "$MESHCAST" "${SCHED[@
 check schedule-bad-chunks 2 "needs the microbatches \(6\) to be a multiple of the stages \(4\)" -- "$MESHCAST" schedule --kind interleaved-1f1b -n 4 -m 6 -v 2
 check schedule-negative-time 2 "bad forward time -1 of 0" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --forward-s -1
 check schedule-missing-kind 2 "missing --kind" -- "$MESHCAST" schedule -n 2 -m 2
+check schedule-too-large 2 "schedule too large: 100000 stages x 100000 microbatches" -- "$MESHCAST" schedule --kind 1f1b -n 100000 -m 100000
 TMP=$(mktemp -d)
 printf 'F0 B0 F1 B1\nF1 B1 F0 B0\n' >"$TMP/deadlock.txt"
 check schedule-check-deadlock 2 "deadlock: stage 0 at step 1 \(B0\) waits for the gradient of microbatch 0 from stage 1" -- "$MESHCAST" schedule --check "$TMP/deadlock.txt"

@@ -85,6 +85,14 @@ TEST(PipelineScheduleTest, RejectsBadSizes) {
   EXPECT_THROW(make_schedule(ScheduleKind::gpipe, 4, 0), InvalidArgument);
   EXPECT_THROW(make_schedule(ScheduleKind::gpipe, 4, 4, 2), InvalidArgument);
   try {
+    make_schedule(ScheduleKind::one_f_one_b, 100000, 100000);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "schedule too large: 100000 stages x 100000 microbatches x 1 chunks = "
+                 "10000000000 microbatch-chunks, expected at most 10000000");
+  }
+  try {
     make_schedule(ScheduleKind::interleaved_1f1b, 4, 6, 2);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {

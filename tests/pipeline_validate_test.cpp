@@ -52,6 +52,11 @@ TEST(PipelineValidateTest, NamesMissingAndRepeatedSteps) {
   s.microbatches = 2;
   EXPECT_EQ(rejection(s),
             "stage 1 step 4: F2 is outside the schedule's 2 microbatches and 1 chunks");
+  s.microbatches = 20'000'000;  // as a document may declare
+  EXPECT_EQ(rejection(s),
+            "schedule too large: 2 stages x 20000000 microbatches x 1 chunks = 40000000 "
+            "microbatch-chunks, expected at most 10000000");
+  s.microbatches = 2;
   s.order.pop_back();
   EXPECT_EQ(rejection(s), "schedule has 1 rows for 2 stages: expected one per stage");
 }

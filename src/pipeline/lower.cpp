@@ -74,10 +74,7 @@ void check_edges(const Schedule& s, const std::vector<Edge>& edges) {
 }
 
 void check_steps(const Schedule& s, const std::vector<Edge>& edges) {
-  if (s.stages < 1 || s.microbatches < 1 || s.chunks < 1)
-    throw InvalidArgument(
-        fmt::format("bad schedule sizes: {} stages, {} microbatches, {} chunks: expected >= 1 each",
-                    s.stages, s.microbatches, s.chunks));
+  check_schedule_size(s.stages, s.microbatches, s.chunks);
   if (static_cast<int>(s.order.size()) != s.stages)
     throw InvalidArgument(fmt::format("schedule has {} rows for {} stages: expected one per stage",
                                       s.order.size(), s.stages));

@@ -108,11 +108,21 @@ std::vector<ScheduleKind> generated_kinds() {
           ScheduleKind::interleaved_1f1b};
 }
 
-Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
+void check_schedule_size(int stages, int microbatches, int chunks) {
   if (stages < 1) throw InvalidArgument(fmt::format("bad stage count {}: expected >= 1", stages));
   if (microbatches < 1)
     throw InvalidArgument(fmt::format("bad microbatch count {}: expected >= 1", microbatches));
   if (chunks < 1) throw InvalidArgument(fmt::format("bad chunk count {}: expected >= 1", chunks));
+  const int64_t cells = int64_t{stages} * microbatches * chunks;
+  if (cells > kMaxScheduleCells)
+    throw InvalidArgument(
+        fmt::format("schedule too large: {} stages x {} microbatches x {} chunks "
+                    "= {} microbatch-chunks, expected at most {}",
+                    stages, microbatches, chunks, cells, kMaxScheduleCells));
+}
+
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
+  check_schedule_size(stages, microbatches, chunks);
   if (kind != ScheduleKind::interleaved_1f1b && chunks != 1)
     throw InvalidArgument(
         fmt::format("{} has one chunk per stage, got {} chunks (only "

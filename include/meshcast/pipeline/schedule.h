@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,13 @@ struct Schedule {
 
   bool operator==(const Schedule&) const = default;
 };
+
+// The most microbatch-chunks (stages x microbatches x chunks) a schedule may have: ten million,
+// far above real pipelines (64 x 1024 x 4 is 262,144), low enough to keep memory bounded.
+inline constexpr int64_t kMaxScheduleCells = 10'000'000;
+// Throws InvalidArgument naming the sizes unless each is >= 1 and their product is at most
+// kMaxScheduleCells.
+void check_schedule_size(int stages, int microbatches, int chunks);
 
 // Generators. Stage i of n runs, before its first backward: all m forwards (gpipe), min(n-i, m)
 // (1f1b), min(2(n-i)-1, m) (eager-1f1b); then alternates backward and forward. interleaved-1f1b is
