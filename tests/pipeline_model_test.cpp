@@ -114,6 +114,9 @@ TEST(PipelineModelTest, RejectsBadDocumentsByName) {
   j["stages"][1]["forward_s"] = -1;
   EXPECT_EQ(rejection(j), "stage 1: bad \"forward_s\" -1: expected a number >= 0");
   j = two_stage_model();
+  j["device_tflops"] = 0;
+  EXPECT_EQ(rejection(j), "model: bad \"device_tflops\" 0: expected a number > 0");
+  j = two_stage_model();
   j["microbatches"] = "many";
   EXPECT_EQ(rejection(j), "model: \"microbatches\" \"many\": expected an integer");
   j = two_stage_model();

@@ -32,6 +32,13 @@ std::string text(const json& j, const char* key, const std::string& where) {
   return j[key].get<std::string>();
 }
 
+double positive(const json& j, const char* key, const std::string& where) {
+  const double v = number(j, key, where);
+  if (v <= 0)
+    throw InvalidArgument(fmt::format("{}: bad \"{}\" {}: expected a number > 0", where, key, v));
+  return v;
+}
+
 int integer(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_number_integer())
     throw ParseError(fmt::format("{}: \"{}\" {}: expected an integer", where, key,
@@ -140,9 +147,9 @@ PipelineModel model_from_json(const json& j) {
     throw InvalidArgument(
         fmt::format("model: bad \"microbatches\" {}: expected >= 1", m.microbatches));
   if (j.contains("samples_per_microbatch"))
-    m.samples_per_microbatch = number(j, "samples_per_microbatch", "model");
+    m.samples_per_microbatch = positive(j, "samples_per_microbatch", "model");
   std::optional<double> device_tflops;
-  if (j.contains("device_tflops")) device_tflops = number(j, "device_tflops", "model");
+  if (j.contains("device_tflops")) device_tflops = positive(j, "device_tflops", "model");
   if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw ParseError("model: expected \"stages\": a non-empty array");
   for (const auto& st : j["stages"])
