@@ -12,6 +12,9 @@ inline std::atomic<bool> counting_allocations = false;
 inline std::atomic<int64_t> allocations = 0;
 }  // namespace meshcast::testing
 
+// The replacements pair malloc with free, which GCC's inliner cannot see through at -O3.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t size) {
   if (meshcast::testing::counting_allocations.load(std::memory_order_relaxed))
     meshcast::testing::allocations.fetch_add(1);
@@ -24,3 +27,4 @@ void operator delete(void* p) noexcept {
 void operator delete(void* p, std::size_t) noexcept {
   std::free(p);
 }
+#pragma GCC diagnostic pop
