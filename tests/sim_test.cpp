@@ -140,8 +140,18 @@ TEST(SimulatorTest, ChainThroughAHostTwiceMovesAtHalfItsNic) {
   const int64_t chunk = 1 << 20;
   add(plan, op(OpKind::broadcast, 0, {4, 8, 5}, kBytes, chunk));
   const SimResult r = simulate(plan);
-  expect_time(r.time_s, (S + 2.0 * chunk) / (kNic / 2) + 3 * kLat);
+  // Three NIC hops: the data streams at nic/2 (host 1's NIC in carries it twice); the fill is
+  // the first chunk's time on the two other hops.
+  expect_time(r.time_s, S / (kNic / 2) + 2.0 * chunk / kNic + 3 * kLat);
   EXPECT_EQ(link(r, "host1.nic0.in").bytes, 2 * kBytes);
+}
+
+TEST(SimulatorTest, FastHopsOfAChainAddOnlyTheirOwnFill) {
+  Plan plan = plan_on(cluster(2));
+  const int64_t chunk = 1 << 20;
+  add(plan, op(OpKind::broadcast, 0, {4, 5, 6, 7}, kBytes, chunk));
+  // One NIC hop into host 1, then three device-link hops inside it.
+  expect_time(simulate(plan).time_s, S / kNic + 3.0 * chunk / kDev + 4 * kLat);
 }
 
 TEST(SimulatorTest, IntraHostTransfersUseDeviceLinksOnly) {

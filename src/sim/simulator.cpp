@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <queue>
 #include <tuple>
 
@@ -100,9 +101,8 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int e
         hops.push_back({from, r, op.bytes});
         from = r;
       }
-      const double chunk = op.chunk_bytes > 0 ? std::min<double>(op.chunk_bytes, bytes) : bytes;
       m.latency_s = n * cluster.latency;
-      m.work_bytes = bytes + (n - 1) * chunk;
+      m.work_bytes = bytes;
       break;
     }
     case OpKind::allgather: {
@@ -120,11 +120,25 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int e
     }
   }
   std::vector<int> route;
+  double fill_s = 0, slowest = 0;  // a broadcast's pipeline fill, see below
   for (const Hop& hop : hops) {
     route.clear();
     net.append_route(hop.from, hop.to, route);
-    for (int link : route) m.usages.push_back({link, 1, hop.bytes});
+    double hop_capacity = std::numeric_limits<double>::infinity();
+    for (int link : route) {
+      m.usages.push_back({link, 1, hop.bytes});
+      hop_capacity = std::min(hop_capacity, net.capacity(link));
+    }
+    if (op.kind == OpKind::broadcast && !route.empty()) {
+      const double chunk = op.chunk_bytes > 0 ? std::min(op.chunk_bytes, op.bytes) : op.bytes;
+      fill_s += static_cast<double>(chunk) / hop_capacity;
+      slowest = std::max(slowest, static_cast<double>(chunk) / hop_capacity);
+    }
   }
+  // The first chunk crosses every hop at that hop's own speed; the rest stream at the chain's
+  // (shared) rate behind the slowest hop. So the fill is each other hop's chunk time, not
+  // (hops-1) chunks at the slowest rate: fast intra-host hops of a chain add little.
+  m.latency_s += fill_s - slowest;
   // Merge repeated links into one usage of higher weight.
   std::sort(m.usages.begin(), m.usages.end(),
             [](const Usage& a, const Usage& b) { return a.link < b.link; });
