@@ -74,8 +74,11 @@ void run(const std::vector<int64_t>& sizes) {
         MPI_Recv(buffer.data(), static_cast<int>(bytes), MPI_BYTE, 0, 0, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
     });
-    for (const int64_t chunk : {int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20, bytes}) {
-      if (chunk > bytes) continue;
+    std::vector<int64_t> chunks;
+    for (const int64_t chunk : {int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20})
+      if (chunk < bytes) chunks.push_back(chunk);
+    chunks.push_back(bytes);  // one whole message: no pipelining
+    for (const int64_t chunk : chunks) {
       const Resharding p = one_to_all(bytes, ranks);
       const Plan plan =
           make_plan(p, {.strategy = Strategy::broadcast, .chunk_bytes = chunk, .search_ms = 0});
