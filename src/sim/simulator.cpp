@@ -28,8 +28,8 @@ struct Usage {
 struct OpModel {
   std::vector<DeviceId> participants;  // distinct devices, each plays the op in its own order
   std::vector<Usage> usages;           // empty: the op moves nothing over links
-  double latency_s = 0;                // paid before data moves: per hop (or ring step)
-  double work_bytes = 0;  // bytes the flow must move at its rate, pipeline fill included
+  double latency_s = 0;   // paid before data moves: per hop or ring step, and a chain's fill
+  double work_bytes = 0;  // bytes the flow moves at its (shared) rate
 };
 
 void check_device(const Op& op, DeviceId d, const Cluster& cluster) {
@@ -66,8 +66,8 @@ void check_shape(const Op& op) {
 }
 
 // Builds the flow of one op (docs/simulator.md): a send is one hop; a broadcast a chain
-// sender -> r0 -> r1 ... moving at its slowest hop's rate plus the pipeline fill of (hops-1)
-// chunks; an allgather a ring r0 -> r1 -> ... -> r0 of n-1 steps, each moving the largest part.
+// sender -> r0 -> r1 ... moving at its slowest hop's rate after the pipeline fill; an allgather
+// a ring r0 -> r1 -> ... -> r0 of n-1 steps, each moving the largest part.
 OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int element_size) {
   check_shape(op);
   OpModel m;
