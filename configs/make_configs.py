@@ -77,12 +77,44 @@ def u_transformer():
     }
 
 
+def u_transformer_pp4():
+    """The same model on four (1,2) meshes: skip connections now cross to non-adjacent stages."""
+    base = u_transformer()
+    res = [32, 32, 16, 16, 8, 8, 4, 8, 8, 16, 16, 32, 32]
+    channels = {32: 672, 16: 1344, 8: 2688, 4: 5376}
+    samples = base["samples_per_microbatch"]
+    flops = [layer_flops(r * r, channels[r], samples) * (1.25 if i > 6 else 1.0)
+             for i, r in enumerate(res)]
+    split = [range(0, 4), range(4, 7), range(7, 10), range(10, 13)]
+    stages = [{
+        "mesh": "2", "devices": [2 * k, 2 * k + 1],
+        "forward_tflop": round(sum(flops[i] for i in layers) / 1e12, 4),
+        "activation_bytes": sum(samples * res[i]**2 * channels[res[i]] * 4 for i in layers),
+    } for k, layers in enumerate(split)]
+
+    def tensor(r):
+        return {"shape": [samples, r * r, channels[r]], "dtype": "float32", "src_spec": "S0RR",
+                "dst_spec": "RRR"}
+    # Chain: outputs of layers 3 (res 16), 6 (res 4), 9 (res 16). Skips: layer 1 -> 11 (stage
+    # 0 -> 3, res 32), layer 3 -> 9 (0 -> 2, res 16), layer 5 -> 7 (1 -> 2, res 8).
+    edges = [
+        {"from": 0, "to": 1, "tensors": [tensor(16)]},
+        {"from": 1, "to": 2, "tensors": [tensor(4), tensor(8)]},
+        {"from": 2, "to": 3, "tensors": [tensor(16)]},
+        {"from": 0, "to": 2, "tensors": [tensor(16)]},
+        {"from": 0, "to": 3, "tensors": [tensor(32)]},
+    ]
+    return dict(base, name="U-Transformer-like, four (1,2) meshes, skips across stages",
+                stages=stages, edges=edges)
+
+
 CONFIGS = {
     # dp 2 x op 2 inside each (1,4) mesh: batch split over mesh axis 0, replicated over axis 1.
     "gpt-2.6b-pp2.json": gpt(2, 64, 4, "2x2", [17, 15], "S0RR"),
     # dp 2 inside each (1,2) mesh; stages 0,1 on host 0 and 2,3 on host 1.
     "gpt-2.6b-pp4.json": gpt(4, 128, 2, "2", [9, 8, 8, 7], "S0RR"),
     "u-transformer.json": u_transformer(),
+    "u-transformer-pp4.json": u_transformer_pp4(),
 }
 
 if __name__ == "__main__":
