@@ -16,9 +16,9 @@ namespace {
 
 using testing::every_strategy;
 
-// Paper case 3 (RS0R -> S0RR, strided slices) at 1/256 of its size: 8 MiB.
+// Paper case 3 (RS0R -> S0RR, strided slices) at 1/512 of its size: 4 MiB.
 Resharding paper_like_problem() {
-  return paper_cases(256)[2].problem;
+  return paper_cases(512)[2].problem;
 }
 
 TEST(LocalExecutorTest, EveryStrategyOnThePropertyCorpusDeliversEveryElement) {
