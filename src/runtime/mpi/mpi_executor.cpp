@@ -24,6 +24,11 @@ using Clock = std::chrono::steady_clock;
 
 // MPI counts are ints: larger messages go in pieces of this size.
 constexpr int64_t kMaxMessage = int64_t{1} << 30;
+// Chunk sends a chain hop keeps posted at once. Open MPI's TCP transport progresses all pending
+// sends to one peer together, so with every chunk posted the next hop gets its first chunk only
+// when nearly the whole message has arrived and the chain does not pipeline across relays
+// (docs/testbed.md). Two keeps the wire busy while bounding that.
+constexpr int kChainSendsInFlight = 2;
 
 void finalize_mpi() {
   int finalized = 0;
@@ -457,6 +462,7 @@ void MpiPlan::play_chain(RankOp& op) {
   for (int c = 0; c < chunks; ++c) {
     if (op.prev >= 0) MPI_Wait(&received[c], MPI_STATUS_IGNORE);
     if (op.next >= 0) {
+      if (c >= kChainSendsInFlight) MPI_Wait(&sent[c - kChainSendsInFlight], MPI_STATUS_IGNORE);
       auto [at, len] = piece(c);
       MPI_Isend(at, len, MPI_BYTE, op.next, op.tag, comm, &sent[c]);
     }
