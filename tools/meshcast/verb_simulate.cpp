@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -36,22 +35,10 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-Cluster read_cluster_file(const std::string& path, const Cluster& defaults) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("cannot read cluster file '{}': no such file", path));
-  try {
-    return cluster_from_json(nlohmann::json::parse(in), defaults);
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError(fmt::format("cluster file '{}' is not JSON: {}", path, e.what()));
-  } catch (const ParseError& e) {
-    throw ParseError(fmt::format("cluster file '{}': {}", path, e.what()));
-  }
-}
-
 // The cluster to simulate on: the plan's, then the --cluster file's keys, then --nics-per-host.
 Cluster target_cluster(const SimulateOptions& o, const Cluster& plan_cluster) {
   Cluster c =
-      o.cluster_file.empty() ? plan_cluster : read_cluster_file(o.cluster_file, plan_cluster);
+      o.cluster_file.empty() ? plan_cluster : load_cluster_file(o.cluster_file, plan_cluster);
   if (o.nics_per_host < 0)
     throw InvalidArgument(fmt::format("bad --nics-per-host {}: expected > 0", o.nics_per_host));
   if (o.nics_per_host > 0) {
