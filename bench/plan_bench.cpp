@@ -3,20 +3,14 @@
 // for exactly its budget.
 #include <benchmark/benchmark.h>
 
+#include "grown_layouts.h"
+
 #include "meshcast/plan/planner.h"
 
 namespace meshcast {
 namespace {
 
-// `hosts` x 8 devices on each side, destination on the following hosts.
-Resharding grown(int hosts, const char* src_spec, const char* dst_spec) {
-  Resharding p;
-  p.tensor = {{8192, 1024, 512}, DType::float16};
-  p.src = Layout{Mesh::placed({hosts, 8}, 0, 8), ShardingSpec::parse(src_spec)};
-  p.dst = Layout{Mesh::placed({hosts, 8}, hosts, 8), ShardingSpec::parse(dst_spec)};
-  p.cluster = Cluster{.hosts = 2 * hosts, .devices_per_host = 8};
-  return p;
-}
+using bench::grown;
 
 void run(benchmark::State& state, const char* src_spec, const char* dst_spec, Strategy strategy,
          Balance balance) {

@@ -2,20 +2,17 @@
 // follow ops and flows (and how many flows share links), not bytes.
 #include <benchmark/benchmark.h>
 
+#include "grown_layouts.h"
+
 #include "meshcast/plan/planner.h"
 #include "meshcast/sim/simulator.h"
 
 namespace meshcast {
 namespace {
 
-// `hosts` x 8 devices on each side, destination on the following hosts; dim 0 grows with the
-// hosts so each host holds the same bytes.
+// Dim 0 grows with the hosts so each host holds the same bytes.
 Plan grown_plan(int hosts, const char* src_spec, const char* dst_spec, Strategy strategy) {
-  Resharding p;
-  p.tensor = {{16LL * hosts * 8, 1024, 512}, DType::float16};
-  p.src = Layout{Mesh::placed({hosts, 8}, 0, 8), ShardingSpec::parse(src_spec)};
-  p.dst = Layout{Mesh::placed({hosts, 8}, hosts, 8), ShardingSpec::parse(dst_spec)};
-  p.cluster = Cluster{.hosts = 2 * hosts, .devices_per_host = 8};
+  const Resharding p = bench::grown(hosts, src_spec, dst_spec, {16LL * hosts * 8, 1024, 512});
   return make_plan(p, PlanOptions{.strategy = strategy, .search_ms = 0});
 }
 

@@ -171,6 +171,15 @@ Plan plan_from_options(const PlanSourceOptions& o) {
   return make_plan(make_resharding(o.layout, o.cluster), options);
 }
 
+void print_problem_header(const Resharding& p) {
+  fmt::print("tensor {} {} ({})\n", shape_to_string(p.tensor.shape, 'x'), to_string(p.tensor.dtype),
+             human_bytes(static_cast<double>(p.tensor.bytes())));
+  fmt::print("src {} {} -> dst {} {} on {} hosts x {} devices\n",
+             mesh_shape_to_string(p.src.mesh.shape()), p.src.spec.to_string(),
+             mesh_shape_to_string(p.dst.mesh.shape()), p.dst.spec.to_string(), p.cluster.hosts,
+             p.cluster.devices_per_host);
+}
+
 std::string human_bytes(double bytes) {
   constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

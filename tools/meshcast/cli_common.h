@@ -67,6 +67,9 @@ Cluster load_cluster_file(const std::string& path, const Cluster& defaults);
 // The plan of --plan, or make_plan over the options. Throws InvalidArgument naming a bad option.
 Plan plan_from_options(const PlanSourceOptions& options);
 
+// Two lines naming the tensor, the meshes, the specs and the cluster, atop text reports.
+void print_problem_header(const Resharding& problem);
+
 // "2.00 GiB (2147483648 B)"-style human sizes for text reports.
 std::string human_bytes(double bytes);
 

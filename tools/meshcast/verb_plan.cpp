@@ -21,12 +21,7 @@ struct PlanVerbOptions {
 
 void print_summary(const Plan& plan) {
   const Resharding& p = plan.problem;
-  fmt::print("tensor {} {} ({})\n", shape_to_string(p.tensor.shape, 'x'), to_string(p.tensor.dtype),
-             human_bytes(static_cast<double>(p.tensor.bytes())));
-  fmt::print("src {} {} -> dst {} {} on {} hosts x {} devices\n",
-             mesh_shape_to_string(p.src.mesh.shape()), p.src.spec.to_string(),
-             mesh_shape_to_string(p.dst.mesh.shape()), p.dst.spec.to_string(), p.cluster.hosts,
-             p.cluster.devices_per_host);
+  print_problem_header(p);
   std::map<OpKind, int> kinds;
   for (const Op& op : plan.ops) ++kinds[op.kind];
   std::string counts;

@@ -28,12 +28,7 @@ void print_text(const Resharding& p, const std::vector<UnitTask>& tasks, int lim
     for (auto r : t.receivers) hosts[p.cluster.host_of(r)] = true;
     for (const auto& [h, _] : hosts) per_host[h] += t.bytes;
   }
-  fmt::print("tensor {} {} ({})\n", shape_to_string(p.tensor.shape, 'x'), to_string(p.tensor.dtype),
-             human_bytes(static_cast<double>(p.tensor.bytes())));
-  fmt::print("src {} {} -> dst {} {} on {} hosts x {} devices\n",
-             mesh_shape_to_string(p.src.mesh.shape()), p.src.spec.to_string(),
-             mesh_shape_to_string(p.dst.mesh.shape()), p.dst.spec.to_string(), p.cluster.hosts,
-             p.cluster.devices_per_host);
+  print_problem_header(p);
   fmt::print("unit tasks: {}   task bytes: {} ({} B)\n", tasks.size(),
              human_bytes(static_cast<double>(total)), total);
   for (const auto& [h, bytes] : per_host)
