@@ -101,20 +101,16 @@ void check_steps(const Schedule& s, const std::vector<Edge>& edges) {
       if (s.stage_of(e.from) != d || s.stage_of(e.to) != d) continue;
       const int cf = s.chunk_of(e.from), ct = s.chunk_of(e.to);
       for (int mb = 0; mb < s.microbatches; ++mb) {
-        const int needs = pos.at(Pass::forward, ct, mb), has = pos.at(Pass::forward, cf, mb);
-        if (needs < has)
-          throw InvalidArgument(
-              fmt::format("stage {} step {}: {} comes before {} (step {}) that "
-                          "it needs",
-                          d, needs, step_name(s, {Pass::forward, mb, ct}),
-                          step_name(s, {Pass::forward, mb, cf}), has));
-        const int bneeds = pos.at(Pass::backward, cf, mb), bhas = pos.at(Pass::backward, ct, mb);
-        if (bneeds < bhas)
-          throw InvalidArgument(
-              fmt::format("stage {} step {}: {} comes before {} (step {}) that "
-                          "it needs",
-                          d, bneeds, step_name(s, {Pass::backward, mb, cf}),
-                          step_name(s, {Pass::backward, mb, ct}), bhas));
+        // Step (pass, needer) of microbatch mb must come after step (pass, needed).
+        const auto require_after = [&](Pass pass, int needer, int needed) {
+          const int needs = pos.at(pass, needer, mb), has = pos.at(pass, needed, mb);
+          if (needs < has)
+            throw InvalidArgument(fmt::format(
+                "stage {} step {}: {} comes before {} (step {}) that it needs", d, needs,
+                step_name(s, {pass, mb, needer}), step_name(s, {pass, mb, needed}), has));
+        };
+        require_after(Pass::forward, ct, cf);   // activations flow from chunk cf to ct
+        require_after(Pass::backward, cf, ct);  // gradients flow back from ct to cf
       }
     }
   }
