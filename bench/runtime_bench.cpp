@@ -30,7 +30,7 @@ Plan paper_plan(int paper_case, Strategy strategy) {
                    {.strategy = strategy, .search_ms = 0});
 }
 
-// One resharding on the local executor (2 worker threads, one per core here).
+// One resharding on the local executor.
 void BM_LocalReshard(benchmark::State& state) {
   const Plan plan =
       paper_plan(static_cast<int>(state.range(0)), static_cast<Strategy>(state.range(1)));
@@ -96,10 +96,14 @@ void BM_PlanCompileAndRun(benchmark::State& state) {
       static_cast<double>(testing::allocations) / static_cast<double>(state.iterations());
 }
 
+// With threads: one worker (against memcpy's one thread) and two (one per core here).
 void paper_args(benchmark::internal::Benchmark* b, bool threads) {
   for (int c : {1, 3, 7, 8})
-    for (Strategy s : {Strategy::send_recv, Strategy::broadcast})
-      threads ? b->Args({c, static_cast<int>(s), 2}) : b->Args({c, static_cast<int>(s)});
+    for (Strategy s : {Strategy::send_recv, Strategy::broadcast}) {
+      if (!threads) b->Args({c, static_cast<int>(s)});
+      for (int t : {1, 2})
+        if (threads) b->Args({c, static_cast<int>(s), t});
+    }
 }
 
 BENCHMARK(BM_LocalReshard)

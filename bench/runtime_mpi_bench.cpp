@@ -1,6 +1,8 @@
-// One sender to every other rank, the same bytes three ways: our chunked chain broadcast (mpi
-// executor), MPI_Bcast on MPI_COMM_WORLD, and one MPI_Send to a single receiver. Medians over
-// repeats, printed by rank 0. Run: mpirun -np 4 runtime_mpi_bench [bytes...]
+// One sender to every other rank, the same bytes four ways: our chunked chain broadcast (mpi
+// executor), MPI_Bcast on MPI_COMM_WORLD, MPI_Send to every receiver in turn, and one MPI_Send
+// to a single receiver (the time a perfectly pipelined chain approaches when every hop has a
+// link of its own). Medians over repeats, printed by rank 0.
+// Run: mpirun -np 4 runtime_mpi_bench [bytes...]
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -56,10 +58,12 @@ void run(const std::vector<int64_t>& sizes) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (rank == 0)
     fmt::print(
-        "{} ranks, median of {} repeats; GB/s = bytes / time\n{:>10} {:>9} {:>12} {:>12} {:>12} "
-        "{:>12} {:>8}\n",
-        ranks, kRepeats, "bytes", "chunk", "chain s", "MPI_Bcast s", "MPI_Send s", "chain GB/s",
-        "vs best");
+        "{} ranks, median of {} repeats; GB/s = bytes / time; send each: MPI_Send to every "
+        "receiver in turn; send one: to one receiver; vs best: the better of MPI_Bcast and send "
+        "each / chain; vs one: send one / chain\n{:>10} {:>9} {:>11} {:>11} {:>11} {:>11} {:>10} "
+        "{:>7} {:>7}\n",
+        ranks, kRepeats, "bytes", "chunk", "chain s", "MPI_Bcast s", "send each s", "send one s",
+        "chain GB/s", "vs best", "vs one");
   for (const int64_t bytes : sizes) {
     std::vector<std::byte> buffer(bytes);
     const double bcast = timed([&] {
@@ -67,13 +71,20 @@ void run(const std::vector<int64_t>& sizes) {
         MPI_Bcast(buffer.data() + at, static_cast<int>(std::min<int64_t>(1 << 30, bytes - at)),
                   MPI_BYTE, 0, MPI_COMM_WORLD);
     });
-    const double send = timed([&] {
-      if (rank == 0)
-        MPI_Send(buffer.data(), static_cast<int>(bytes), MPI_BYTE, 1, 0, MPI_COMM_WORLD);
-      if (rank == 1)
-        MPI_Recv(buffer.data(), static_cast<int>(bytes), MPI_BYTE, 0, 0, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
-    });
+    // Plain point-to-point from rank 0 to receivers 1..last, one after the other.
+    const auto send_to = [&](int last) {
+      return timed([&] {
+        for (int r = 1; r <= last; ++r) {
+          if (rank == 0)
+            MPI_Send(buffer.data(), static_cast<int>(bytes), MPI_BYTE, r, 0, MPI_COMM_WORLD);
+          if (rank == r)
+            MPI_Recv(buffer.data(), static_cast<int>(bytes), MPI_BYTE, 0, 0, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+        }
+      });
+    };
+    const double send_one = send_to(1);
+    const double send_each = send_to(ranks - 1);
     std::vector<int64_t> chunks;
     for (const int64_t chunk : {int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20})
       if (chunk < bytes) chunks.push_back(chunk);
@@ -89,9 +100,12 @@ void run(const std::vector<int64_t>& sizes) {
       const double chain = timed([&] { compiled->run(views); });
       const int64_t errors = executor->sum_over_processes(count_destination_errors(p, tiles));
       if (rank == 0)
-        fmt::print("{:>10} {:>9} {:>12.6f} {:>12.6f} {:>12.6f} {:>12.3f} {:>7.0f}%{}\n", bytes,
-                   chunk, chain, bcast, send, bytes / chain / 1e9,
-                   100 * std::min(bcast, send) / chain, errors ? " WRONG BYTES" : "");
+        fmt::print(
+            "{:>10} {:>9} {:>11.6f} {:>11.6f} {:>11.6f} {:>11.6f} {:>10.3f} {:>6.0f}% "
+            "{:>6.0f}%{}\n",
+            bytes, chunk, chain, bcast, send_each, send_one, bytes / chain / 1e9,
+            100 * std::min(bcast, send_each) / chain, 100 * send_one / chain,
+            errors ? " WRONG BYTES" : "");
     }
   }
 }
