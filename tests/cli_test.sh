@@ -106,6 +106,14 @@ check run-bad-iters 2 "bad iteration count 0: expected >= 1" -- "$MESHCAST" run 
 check run-bad-cluster 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" run "${RUN[@]}" --cluster /nonexistent.json
 check bench-local-verify 0 "backend local" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --verify
 check bench-bad-bytes 2 "bad --bytes -1" -- "$MESHCAST" bench --backend local --bytes -1
+check bench-local-predicted 0 "^7 .*broadcast/order .* [0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{3}$" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --strategies broadcast
+echo '{"nic_gbps": 1, "dev_gbps": 50, "hosts": 5, "devices_per_host": 4}' >"$TMP/links.json"
+check bench-cluster-links 0 '"hosts":3,.*"nic_gbps":1\.0.*"cluster_file":"[^"]*links.json".*"lower_bound_s":17\.1798' -- "$MESHCAST" bench --cases 7 --strategies broadcast --cluster "$TMP/links.json" --json
+echo '{"nic_gbps": 0.08}' >"$TMP/slow.json"
+check bench-cluster-bytes 0 '"tensor_bytes":8388608' -- "$MESHCAST" bench --backend local --cases 7 --strategies broadcast --iters 1 --cluster "$TMP/slow.json" --json
+echo '{"hosts": 2, "host_nic_gbps": [1, 2]}' >"$TMP/perhost.json"
+check bench-cluster-per-host 2 "gives per-host NIC figures" -- "$MESHCAST" bench --cluster "$TMP/perhost.json"
+check bench-cluster-missing 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" bench --cluster /nonexistent.json
 rm -rf "$TMP"
 
 # meshcast simulate / bench on the flow-level simulator

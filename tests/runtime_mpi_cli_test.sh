@@ -39,6 +39,13 @@ check bad-option-on-every-rank nonzero "bad strategy 'nope'" 1 -- \
   "${MPIRUN[@]}" -np 2 "$MESHCAST" run --backend mpi --shape 4 --src-mesh 2 --src-spec S0 --dst-spec R --strategy nope
 check bench-mpi-verify 0 "^7 .*broadcast/order" 1 -- \
   "${MPIRUN[@]}" -np 12 "$MESHCAST" bench --backend mpi --cases 7 --bytes 65536 --iters 1 --verify
+# With a cluster document: its link figures for planning and the prediction; one row per
+# strategy, each with the sim and meas/sim columns, printed once.
+LINKS=$(mktemp)
+trap 'rm -f "$LINKS"' EXIT
+echo '{"nic_gbps": 0.3, "dev_gbps": 4, "latency_us": 200}' >"$LINKS"
+check bench-mpi-cluster 0 "^7 .* [0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{3}$" 5 -- \
+  "${MPIRUN[@]}" -np 12 "$MESHCAST" bench --backend mpi --cases 7 --bytes 65536 --iters 1 --verify --cluster "$LINKS"
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -226,6 +226,7 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
     row.time_s = simulate(plan).time_s;
   }
   row.measure_s = seconds_since(measuring);
+  if (executor && executor->is_leader()) row.predicted_s = simulate(plan).time_s;
   return row;
 }
 

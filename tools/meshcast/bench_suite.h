@@ -62,15 +62,20 @@ struct BenchRow {
   double plan_s = 0;     // wall-clock seconds make_plan took
   double measure_s = 0;  // wall-clock seconds the backend took
   double speedup = 0;    // send_recv's time / this row's time; 0 when send_recv was not run
+  // local/mpi: the simulator's time for the same plan on the case's cluster, on the leader
+  // (0 with the sim backend, whose time is the prediction).
+  double predicted_s = 0;
 
   double ratio() const { return time_s / lower_bound_s; }
+  double measured_over_predicted() const { return time_s / predicted_s; }
   // Tensor bits over time, as PAPER.md reports it.
   double effective_gbps() const;
 };
 
 // Plans `bench_case` with `choice` and times it on `backend`: the one place a row's time is
 // obtained. With an executor the plan is made on its leader and played for real: the time is
-// the median of `measure`'s iterations, and a failed verification throws std::runtime_error.
+// the median of `measure`'s iterations, the leader simulates the same plan for predicted_s, and
+// a failed verification throws std::runtime_error.
 BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
                      std::string_view backend, Executor* executor = nullptr,
                      const MeasureOptions& measure = {});

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "bench_chart.h"
 #include "bench_suite.h"
@@ -29,7 +30,8 @@ struct BenchOptions {
   std::string scale_hosts = "64,512";
   int64_t max_tasks = 1'000'000;
   std::string backend = "sim";
-  int64_t bytes = 0;  // local/mpi: tensors shrunk to about this size (0: kRealBackendBytes)
+  int64_t bytes = 0;  // local/mpi: tensors shrunk to about this size (0: default_bytes)
+  std::string cluster_file;
   MeasureOptions measure{.iters = 3, .warmup = 1, .verify = false};
   bool json = false;
   std::string svg;
@@ -94,18 +96,22 @@ std::string cluster_line(const Cluster& c) {
 
 void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
                  const std::vector<BenchRow>& rows, const std::vector<Skipped>& skipped) {
-  fmt::print("suite {}{}, backend {}; cluster: {}\n", o.suite, o.scale ? " --scale" : "", o.backend,
-             suite.empty() ? "-" : cluster_line(suite.front().problem.cluster));
+  const bool real = o.backend != "sim";
+  fmt::print("suite {}{}, backend {}; cluster: {}{}\n", o.suite, o.scale ? " --scale" : "",
+             o.backend, suite.empty() ? "-" : cluster_line(suite.front().problem.cluster),
+             o.cluster_file.empty() ? "" : fmt::format(" (links from {})", o.cluster_file));
   size_t width = 6;
   for (const auto& r : rows) width = std::max(width, r.description.size());
   fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8} {:>7} {:>8}", "case", "layout", width, "strategy",
              "time (s)", "Gbps", "/bound", "speedup");
+  if (real) fmt::print(" {:>10} {:>8}", "sim (s)", "meas/sim");
   if (o.scale) fmt::print(" {:>8} {:>9} {:>9}", "ops", "plan (s)", "sim (s)");
   fmt::print("\n");
   for (const auto& r : rows) {
     fmt::print("{:<6} {:<{}} {:<16} {:>10.4f} {:>8.2f} {:>7.3f} {:>8}", r.label, r.description,
                width, r.choice.name(), r.time_s, r.effective_gbps(), r.ratio(),
                r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-");
+    if (real) fmt::print(" {:>10.4f} {:>8.3f}", r.predicted_s, r.measured_over_predicted());
     if (o.scale) fmt::print(" {:>8} {:>9.3f} {:>9.3f}", r.ops, r.plan_s, r.measure_s);
     fmt::print("\n");
   }
@@ -113,8 +119,11 @@ void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
     fmt::print("{:<6} {:<{}} skipped: {}\n", s.label, s.description, width, s.reason);
   fmt::print(
       "time: {}; Gbps: tensor bits / time; /bound: time / lower bound; speedup: send_recv's "
-      "time / time\n",
-      o.backend == "sim" ? "simulated" : "measured");
+      "time / time{}\n",
+      real ? fmt::format("measured (median of {} runs after {} warm-up{})", o.measure.iters,
+                         o.measure.warmup, o.measure.verify ? ", every element verified" : "")
+           : "simulated",
+      real ? "; sim: the simulator's time for the same plan; meas/sim: time / sim" : "");
 }
 
 nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suite,
@@ -126,23 +135,29 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
   nlohmann::json j = {{"meshcast_version", kVersion},
                       {"suite", o.suite},
                       {"scale", o.scale},
-                      {"backend", o.backend}};
+                      {"backend", o.backend},
+                      {"cluster_file", o.cluster_file.empty() ? nlohmann::json(nullptr)
+                                                              : nlohmann::json(o.cluster_file)}};
   if (!suite.empty()) j["cluster"] = cluster_to_json(suite.front().problem.cluster);
   j["rows"] = nlohmann::json::array();
   for (const auto& r : rows) {
-    j["rows"].push_back({{"case", case_json(r.label)},
-                         {"layout", r.description},
-                         {"strategy", to_string(r.choice.strategy)},
-                         {"balance", to_string(r.choice.balance)},
-                         {"time_s", r.time_s},
-                         {"lower_bound_s", r.lower_bound_s},
-                         {"ratio", r.ratio()},
-                         {"effective_gbps", r.effective_gbps()},
-                         {"speedup", r.speedup > 0 ? nlohmann::json(r.speedup) : nullptr},
-                         {"tensor_bytes", r.tensor_bytes},
-                         {"ops", r.ops},
-                         {"plan_s", r.plan_s},
-                         {"measure_s", r.measure_s}});
+    j["rows"].push_back(
+        {{"case", case_json(r.label)},
+         {"layout", r.description},
+         {"strategy", to_string(r.choice.strategy)},
+         {"balance", to_string(r.choice.balance)},
+         {"time_s", r.time_s},
+         {"lower_bound_s", r.lower_bound_s},
+         {"ratio", r.ratio()},
+         {"effective_gbps", r.effective_gbps()},
+         {"speedup", r.speedup > 0 ? nlohmann::json(r.speedup) : nullptr},
+         {"predicted_s", r.predicted_s > 0 ? nlohmann::json(r.predicted_s) : nullptr},
+         {"measured_over_predicted",
+          r.predicted_s > 0 ? nlohmann::json(r.measured_over_predicted()) : nullptr},
+         {"tensor_bytes", r.tensor_bytes},
+         {"ops", r.ops},
+         {"plan_s", r.plan_s},
+         {"measure_s", r.measure_s}});
   }
   j["skipped"] = nlohmann::json::array();
   for (const auto& s : skipped)
@@ -152,8 +167,35 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
 }
 
 // Tensor size the real backends use by default: the paper's 2 GiB tensors, replicated over
-// meshes, would not fit in a small machine's memory.
-constexpr int64_t kRealBackendBytes = 64 << 20;
+// meshes, would not fit in a small machine's memory; and on slow links (a testbed's calibrated
+// cluster) what one NIC moves in a second, so that the suite takes minutes, not hours.
+int64_t default_bytes(const std::optional<Cluster>& links) {
+  constexpr int64_t kRealBackendBytes = 64 << 20;
+  if (!links) return kRealBackendBytes;
+  return std::min(kRealBackendBytes, static_cast<int64_t>(links->nic_bandwidth));
+}
+
+// The cluster document of --cluster, whose link figures every case takes on. Per-host figures
+// cannot apply to cases of different host counts.
+Cluster load_links(const std::string& path) {
+  Cluster links = load_cluster_file(path, Cluster{});
+  if (!links.host_nic_bandwidth.empty() || !links.host_nics.empty())
+    throw InvalidArgument(fmt::format(
+        "cluster file '{}' gives per-host NIC figures (host_nic_gbps or host_nics), but the "
+        "suite's cases have different host counts: expected cluster-wide nic_gbps and "
+        "nics_per_host",
+        path));
+  return links;
+}
+
+// `topology`'s hosts and devices with the NIC, intra-host and latency figures of `links`.
+Cluster with_links(Cluster topology, const Cluster& links) {
+  topology.nic_bandwidth = links.nic_bandwidth;
+  topology.device_bandwidth = links.device_bandwidth;
+  topology.latency = links.latency;
+  topology.nics_per_host = links.nics_per_host;
+  return topology;
+}
 
 void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
@@ -182,6 +224,11 @@ void run_bench(const BenchOptions& o) {
         fmt::format("bad --suite '{}': expected paper, single-sender or random", o.suite));
   }
 
+  const auto links =
+      o.cluster_file.empty() ? std::nullopt : std::optional<Cluster>(load_links(o.cluster_file));
+  if (links)
+    for (auto& c : suite) c.problem.cluster = with_links(c.problem.cluster, *links);
+
   std::vector<BenchRow> rows;
   std::vector<Skipped> skipped;
   // local/mpi: smaller tensors, and under MPI clusters grown with idle hosts to the ranks started.
@@ -191,7 +238,7 @@ void run_bench(const BenchOptions& o) {
     const int ranks = static_cast<int>(executor->sum_over_processes(1));
     std::vector<BenchCase> playable;
     for (auto& c : suite) {
-      shrink_tensor(c.problem, o.bytes > 0 ? o.bytes : kRealBackendBytes);
+      shrink_tensor(c.problem, o.bytes > 0 ? o.bytes : default_bytes(links));
       const auto why = o.backend == "mpi" ? fit_cluster(c.problem, ranks) : std::nullopt;
       if (why)
         skipped.push_back({c.label, c.description, *why});
@@ -256,11 +303,17 @@ void add_bench_verb(CLI::App& app) {
                    "Where times come from: sim, local (threads in this process) or mpi (under "
                    "mpirun, one rank per device)")
       ->capture_default_str();
+  verb->add_option("--cluster", o->cluster_file,
+                   "Cluster document (e.g. from meshcast calibrate) whose NIC, intra-host and "
+                   "latency figures and NICs per host replace every case's; each case keeps its "
+                   "hosts and devices per host. Plans, bounds and predictions use them");
   verb->add_option("--bytes", o->bytes,
                    "local/mpi: shrink each tensor's first dimension to about this many bytes "
-                   "(0: 64 MiB)")
+                   "(0: 64 MiB, or with --cluster what one of its NICs moves in 1 s if less)")
       ->capture_default_str();
   verb->add_option("--iters", o->measure.iters, "local/mpi: timed iterations per row (median)")
+      ->capture_default_str();
+  verb->add_option("--warmup", o->measure.warmup, "local/mpi: untimed iterations before them")
       ->capture_default_str();
   verb->add_flag("--verify", o->measure.verify,
                  "local/mpi: check every destination element of each row's last run");
