@@ -124,7 +124,9 @@ check simulate-nics 0 "2 NIC\(s\) per host" -- "$MESHCAST" simulate --paper-case
 echo '{"nic_gbps": 20, "host_nics": [1, 2, 2]}' >"$TMP/cluster.json"
 check simulate-cluster-file 0 "at 20 Gbps.*per-host overrides" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/cluster.json"
 echo '{"nics_per_host": 0}' >"$TMP/bad-cluster.json"
-check simulate-bad-cluster 2 "bad NICs per host 0: expected > 0" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/bad-cluster.json"
+check simulate-bad-cluster 2 "bad NICs per host 0: expected 1..1024" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/bad-cluster.json"
+echo '{"hosts": 2000000000}' >"$TMP/huge-cluster.json"
+check simulate-huge-cluster 2 "cluster of 2000000000 hosts x 4 devices .* expected at most 4194304" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/huge-cluster.json"
 check simulate-no-cluster 2 "cannot read cluster file '/no/such.json'" -- "$MESHCAST" simulate --paper-case 7 --cluster /no/such.json
 check simulate-bad-nics 2 "bad --nics-per-host -1" -- "$MESHCAST" simulate --paper-case 7 --nics-per-host -1
 "$MESHCAST" plan --paper-case 7 --strategy allgather --json >"$TMP/plan.json"

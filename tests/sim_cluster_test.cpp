@@ -53,7 +53,7 @@ TEST(ClusterNicsTest, ValidateNamesTheBadCount) {
         try {
           c.validate();
         } catch (const InvalidArgument& e) {
-          EXPECT_STREQ(e.what(), "bad NICs per host 0: expected > 0");
+          EXPECT_STREQ(e.what(), "bad NICs per host 0: expected 1..1024");
           throw;
         }
       },
@@ -71,8 +71,27 @@ TEST(ClusterNicsTest, ValidateNamesTheBadCount) {
     c.validate();
     FAIL() << "accepted a negative NIC count";
   } catch (const InvalidArgument& e) {
-    EXPECT_STREQ(e.what(), "bad NIC count -2 for host 1: expected > 0");
+    EXPECT_STREQ(e.what(), "bad NIC count -2 for host 1: expected 1..1024");
   }
+}
+
+// A cluster file with a huge host count is refused before anything is sized by it, and a device
+// count beyond int never wraps around.
+TEST(ClusterNicsTest, ValidateRefusesClustersBeyondTheLimits) {
+  const auto message_of = [](const Cluster& c) -> std::string {
+    try {
+      c.validate();
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(message_of({.hosts = 2'000'000'000, .devices_per_host = 8}),
+            "cluster of 2000000000 hosts x 8 devices has 16000000000 devices: expected at most "
+            "4194304");
+  EXPECT_EQ(message_of({.hosts = 1 << 19, .devices_per_host = 8}), "accepted");
+  EXPECT_EQ(message_of({.hosts = 2, .devices_per_host = 8, .nics_per_host = 5000}),
+            "bad NICs per host 5000: expected 1..1024");
 }
 
 TEST(ClusterNicsTest, JsonKeepsNicCountsAndOverrides) {

@@ -31,6 +31,11 @@ void Cluster::validate() const {
   if (hosts <= 0) throw InvalidArgument(fmt::format("bad host count {}: expected > 0", hosts));
   if (devices_per_host <= 0)
     throw InvalidArgument(fmt::format("bad devices per host {}: expected > 0", devices_per_host));
+  if (const int64_t n = int64_t{hosts} * devices_per_host; n > kMaxDevices)
+    throw InvalidArgument(
+        fmt::format("cluster of {} hosts x {} devices has {} devices: expected "
+                    "at most {}",
+                    hosts, devices_per_host, n, kMaxDevices));
   if (!(nic_bandwidth > 0))
     throw InvalidArgument(fmt::format("bad NIC bandwidth {} B/s: expected > 0", nic_bandwidth));
   if (!(device_bandwidth > 0))
@@ -38,16 +43,17 @@ void Cluster::validate() const {
         fmt::format("bad device bandwidth {} B/s: expected > 0", device_bandwidth));
   if (!(latency >= 0))
     throw InvalidArgument(fmt::format("bad latency {} s: expected >= 0", latency));
-  if (nics_per_host <= 0)
-    throw InvalidArgument(fmt::format("bad NICs per host {}: expected > 0", nics_per_host));
+  if (nics_per_host <= 0 || nics_per_host > kMaxNicsPerHost)
+    throw InvalidArgument(
+        fmt::format("bad NICs per host {}: expected 1..{}", nics_per_host, kMaxNicsPerHost));
   if (!host_nics.empty()) {
     if (static_cast<int>(host_nics.size()) != hosts)
       throw InvalidArgument(
           fmt::format("per-host NIC counts list {} entries, expected {}", host_nics.size(), hosts));
     for (int h = 0; h < hosts; ++h)
-      if (host_nics[h] <= 0)
-        throw InvalidArgument(
-            fmt::format("bad NIC count {} for host {}: expected > 0", host_nics[h], h));
+      if (host_nics[h] <= 0 || host_nics[h] > kMaxNicsPerHost)
+        throw InvalidArgument(fmt::format("bad NIC count {} for host {}: expected 1..{}",
+                                          host_nics[h], h, kMaxNicsPerHost));
   }
   if (!host_nic_bandwidth.empty()) {
     if (static_cast<int>(host_nic_bandwidth.size()) != hosts)

@@ -9,6 +9,12 @@ namespace meshcast {
 
 using DeviceId = int;
 
+// The most devices (hosts x devices per host) and NICs per host a cluster may have: far above
+// today's largest clusters, low enough that per-device and per-NIC tables stay small and device
+// ids fit an int.
+inline constexpr int64_t kMaxDevices = int64_t{1} << 22;
+inline constexpr int kMaxNicsPerHost = 1024;
+
 // The uniform cluster of DESIGN.md. Bandwidths are bytes per second in each direction.
 // A host may have several NICs (e.g. 8 GPUs with 4 NICs): `nic_bandwidth` is one NIC's, and each
 // device sends and receives through one NIC of its host (nic_of). Optional per-host overrides
@@ -38,8 +44,8 @@ struct Cluster {
   // are spread evenly and in order over its NICs, local device l on NIC l * nics / G.
   int nic_of(DeviceId device) const;
   double device_bandwidth_of(DeviceId device) const;
-  // Throws InvalidArgument on non-positive sizes, bandwidths, NIC counts, negative latency or
-  // overrides of the wrong length.
+  // Throws InvalidArgument on non-positive sizes, bandwidths, NIC counts, negative latency,
+  // overrides of the wrong length, or more than kMaxDevices devices or kMaxNicsPerHost NICs.
   void validate() const;
 
   bool operator==(const Cluster&) const = default;
