@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 MESHCAST := $(BUILD)/tools/meshcast/meshcast
 
-.PHONY: all deps configure build run test test-asan format clean
+.PHONY: all deps configure build run test test-asan test-no-mpi format clean
 
 all: build
 
@@ -33,8 +33,16 @@ test-asan: deps
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) -L unit
 
+# The build without the MPI backend (as on a machine without Open MPI): every test that does
+# not need MPI, and `--backend mpi` refused with a clear message.
+test-no-mpi: deps
+	cmake -S . -B $(BUILD)-no-mpi -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHCAST_WITH_MPI=OFF \
+	  -DMESHCAST_BUILD_BENCH=OFF
+	cmake --build $(BUILD)-no-mpi -j $(JOBS)
+	cd $(BUILD)-no-mpi && ctest --output-on-failure -j $(JOBS) -L 'unit|cli'
+
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-no-mpi
