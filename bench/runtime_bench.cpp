@@ -27,7 +27,7 @@ int64_t delivered_bytes(const Plan& plan) {
 
 Plan paper_plan(int paper_case, Strategy strategy) {
   return make_plan(paper_cases(kScale)[paper_case - 1].problem,
-                   {.strategy = strategy, .search_ms = 0});
+                   {.strategy = strategy, .search_effort = 0});
 }
 
 // One resharding on the local executor.
@@ -69,7 +69,7 @@ void BM_MemcpySameBytes(benchmark::State& state) {
 void BM_RunCompiledPlan(benchmark::State& state) {
   const Resharding problem = paper_cases(256)[state.range(0) - 1].problem;
   auto executor = make_local_executor({.threads = 2});
-  const auto compiled = executor->compile(make_plan(problem, {.search_ms = 0}));
+  const auto compiled = executor->compile(make_plan(problem, {.search_effort = 0}));
   auto buffers = allocate_tile_buffers(problem, compiled->devices_here());
   prepare_tiles(problem, buffers);
   const auto views = buffer_views(buffers);
@@ -90,7 +90,7 @@ void BM_PlanCompileAndRun(benchmark::State& state) {
   const auto views = buffer_views(buffers);
   testing::allocations = 0;
   testing::counting_allocations = true;
-  for (auto _ : state) executor->compile(make_plan(problem, {.search_ms = 0}))->run(views);
+  for (auto _ : state) executor->compile(make_plan(problem, {.search_effort = 0}))->run(views);
   testing::counting_allocations = false;
   state.counters["allocs_per_run"] =
       static_cast<double>(testing::allocations) / static_cast<double>(state.iterations());

@@ -92,7 +92,7 @@ void run(const std::vector<int64_t>& sizes) {
     for (const int64_t chunk : chunks) {
       const Resharding p = one_to_all(bytes, ranks);
       const Plan plan =
-          make_plan(p, {.strategy = Strategy::broadcast, .chunk_bytes = chunk, .search_ms = 0});
+          make_plan(p, {.strategy = Strategy::broadcast, .chunk_bytes = chunk, .search_effort = 0});
       const auto compiled = executor->compile(plan);
       auto tiles = allocate_tile_buffers(p, compiled->devices_here());
       prepare_tiles(p, tiles);

@@ -13,7 +13,7 @@ namespace {
 // Dim 0 grows with the hosts so each host holds the same bytes.
 Plan grown_plan(int hosts, const char* src_spec, const char* dst_spec, Strategy strategy) {
   const Resharding p = bench::grown(hosts, src_spec, dst_spec, {16LL * hosts * 8, 1024, 512});
-  return make_plan(p, PlanOptions{.strategy = strategy, .search_ms = 0});
+  return make_plan(p, PlanOptions{.strategy = strategy, .search_effort = 0});
 }
 
 void run(benchmark::State& state, const Plan& plan) {

@@ -59,6 +59,7 @@ check plan-check-missing 2 "cannot read plan file" -- "$MESHCAST" plan --check "
 check plan-bad-strategy 2 "bad strategy 'teleport': expected one of send_recv, allgather, broadcast" -- "$MESHCAST" plan "${SMALL[@]}" --strategy teleport
 check plan-bad-balance 2 "bad balance 'fast': expected one of none, size, order" -- "$MESHCAST" plan "${SMALL[@]}" --balance fast
 check plan-bad-chunk 2 "bad chunk bytes -1" -- "$MESHCAST" plan "${SMALL[@]}" --chunk-bytes -1
+check plan-bad-search-effort 2 "bad search effort -1: expected >= 0" -- "$MESHCAST" plan "${SMALL[@]}" --search-effort -1
 
 check unknown-verb 2 "" -- "$MESHCAST" teleport
 check help 0 "Usage" -- "$MESHCAST" --help

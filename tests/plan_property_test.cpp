@@ -35,7 +35,7 @@ TEST_P(PlanPropertyTest, EveryModeIsValidAndAboveTheLowerBound) {
                                to_string(m.strategy), to_string(m.balance), m.split));
       const Plan plan = make_plan(
           problem,
-          {.strategy = m.strategy, .balance = m.balance, .split = m.split, .search_ms = 0.2});
+          {.strategy = m.strategy, .balance = m.balance, .split = m.split, .search_effort = 0.02});
       ASSERT_NO_THROW(validate_plan(plan));
       EXPECT_GE(estimate(plan), plan.lower_bound_s * (1 - 1e-12));
       int64_t out = 0;
@@ -60,9 +60,9 @@ TEST_P(PlanPropertyTest, SearchNeverWorseThanGreedy) {
   for (const Resharding& problem : corpus) {
     for (bool split : {false, true}) {
       SCOPED_TRACE(fmt::format("{} split={}", testing::describe(problem), split));
-      PlanOptions options{.balance = Balance::order, .split = split, .search_ms = 0};
+      PlanOptions options{.balance = Balance::order, .split = split, .search_effort = 0};
       const double greedy = estimate(make_plan(problem, options));
-      options.search_ms = 1;
+      options.search_effort = 0.1;
       const Plan searched = make_plan(problem, options);
       ASSERT_NO_THROW(validate_plan(searched));
       EXPECT_LE(estimate(searched), greedy);

@@ -19,19 +19,19 @@ struct NamedPlan {
   Plan plan;
 };
 
-// Every strategy x balance, and split for broadcast + order. search_ms = 0: the greedy plan,
-// the same on every MPI rank (a wall-clock search could differ between ranks).
+// Every strategy x balance, and split for broadcast + order. search_effort = 0: the greedy plan,
+// quick to make for every case on every MPI rank.
 inline std::vector<PlanOptions> every_strategy() {
   std::vector<PlanOptions> all;
   for (Strategy s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
     for (Balance b : {Balance::none, Balance::size, Balance::order})
       all.push_back(
-          {.strategy = s, .balance = b, .split = false, .chunk_bytes = 0, .search_ms = 0});
+          {.strategy = s, .balance = b, .split = false, .chunk_bytes = 0, .search_effort = 0});
   all.push_back({.strategy = Strategy::broadcast,
                  .balance = Balance::order,
                  .split = true,
                  .chunk_bytes = 64,  // many chunks even on small tensors
-                 .search_ms = 0});
+                 .search_effort = 0});
   return all;
 }
 
@@ -116,8 +116,8 @@ inline std::vector<NamedPlan> hand_written_plans() {
        plan_of(small_problem("RS0"), {make_op(0, OpKind::broadcast, all, 0, {1, 2, 3}, 8)})});
   plans.push_back({"relay forwards what it staged",
                    plan_of(small_problem("RS0"), {make_op(0, OpKind::send, cols_right, 0, {1}),
-                                                 make_op(1, OpKind::send, cols_left, 0, {2}),
-                                                 make_op(2, OpKind::send, cols_right, 1, {3})})});
+                                                  make_op(1, OpKind::send, cols_left, 0, {2}),
+                                                  make_op(2, OpKind::send, cols_right, 1, {3})})});
   plans.push_back(
       {"allgather of strided parts into replicated tiles",
        plan_of(small_problem("RR"), {make_op(0, OpKind::send, allgather_part(all, 2, 0), 0, {2}),
@@ -133,7 +133,7 @@ inline std::vector<NamedPlan> hand_written_plans() {
   plans.push_back(
       {"copy on a device in both meshes",
        plan_of(small_problem("RS0", {0, 3}), {make_op(0, OpKind::copy, cols_left, 0, {0}),
-                                             make_op(1, OpKind::send, cols_right, 0, {3})})});
+                                              make_op(1, OpKind::send, cols_right, 0, {3})})});
   return plans;
 }
 

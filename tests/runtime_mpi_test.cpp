@@ -70,7 +70,7 @@ TEST(MpiExecutorTest, ARankCountThatDiffersFromTheClusterIsAnErrorOnEveryRank) {
 TEST(MpiExecutorTest, StartWaitAndASecondRunThatAllocatesNothing) {
   const Resharding p = corpus_for_this_run().front();
   const auto compiled =
-      world->compile(make_plan(p, {.strategy = Strategy::broadcast, .search_ms = 0}));
+      world->compile(make_plan(p, {.strategy = Strategy::broadcast, .search_effort = 0}));
   auto buffers = allocate_tile_buffers(p, compiled->devices_here());
   const auto views = buffer_views(buffers);
   prepare_tiles(p, buffers);

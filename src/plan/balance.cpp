@@ -1,7 +1,7 @@
 #include "balance.h"
 
 #include <algorithm>
-#include <chrono>
+#include <bit>
 #include <numeric>
 #include <random>
 
@@ -73,6 +73,12 @@ int64_t max_load(const Loads& loads, const std::vector<int>& hosts) {
 
 // ---- order ---------------------------------------------------------------------------------
 
+// The search's budget is counted in work units, not time, so that a plan never depends on the
+// machine's speed or load. A unit is about what probing one device of a candidate op costs:
+// some 40 ns on the 2026 development machine, where effort 1 searches for about 10 ms (as long
+// as the wall-clock budget this replaced).
+constexpr double kSearchWork = 250'000;
+
 enum class SplitChoice : int8_t { automatic, no, yes };
 
 struct Genome {
@@ -90,6 +96,7 @@ struct Decoded {
   std::vector<Op> ops;             // in start order
   std::vector<SplitChoice> split;  // what each job did
   double makespan = 0;             // Replay of `ops`: what estimate() reports
+  int64_t work = 0;                // what decoding cost, in work units (kSearchWork)
 };
 
 class OrderPlanner {
@@ -107,7 +114,7 @@ class OrderPlanner {
       bool did_split = false;
       double done = 0;  // an allgather waits for the transfers of its parts
       for (const Transfer& t : job.transfers)
-        did_split |= place_transfer(t, job.task, genome.split[j], schedule, placed, done);
+        did_split |= place_transfer(t, job.task, genome.split[j], schedule, placed, done, out.work);
       if (genome.split[j] == SplitChoice::automatic)
         out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
       for (const Op& op : job.then)
@@ -123,6 +130,9 @@ class OrderPlanner {
       out.ops.push_back(std::move(p.op));
     }
     out.makespan = replay.makespan();
+    // Recording, sorting and replaying the ops: a few units per op and level of the sort.
+    const auto ops = static_cast<int64_t>(out.ops.size());
+    out.work += 3 * ops * std::bit_width(static_cast<uint64_t>(ops));
     return out;
   }
 
@@ -131,15 +141,17 @@ class OrderPlanner {
     placed.push_back({slot.start, static_cast<int>(placed.size()), op});
   }
 
-  // The op from the holder (not on `used` hosts) that finishes soonest.
+  // The op from the holder (not on `used` hosts) that finishes soonest. Adds to `work` two
+  // units per holder probed (building its op) and one per device of the op (its windows).
   Op soonest(const Transfer& t, const Box& slice, int task, const std::vector<int>& used,
-             const Schedule& schedule) const {
+             const Schedule& schedule, int64_t& work) const {
     std::optional<Op> best;
     double best_finish = 0;
     for (DeviceId d : t.candidates) {
       if (std::find(used.begin(), used.end(), problem_.cluster.host_of(d)) != used.end()) continue;
       Op op = transfer_op(t, slice, task, d, problem_, options_.chunk_bytes);
       const double finish = schedule.probe(op, 0).finish;
+      work += 3 + static_cast<int64_t>(op.receivers.size());
       if (!best || finish < best_finish) {
         best = std::move(op);
         best_finish = finish;
@@ -149,20 +161,20 @@ class OrderPlanner {
   }
 
   // Places one transfer whole or split; returns whether it was split. `done` grows to the
-  // latest finish.
+  // latest finish, `work` by the probes.
   bool place_transfer(const Transfer& t, int task, SplitChoice choice, Schedule& schedule,
-                      std::vector<Placed>& placed, double& done) const {
+                      std::vector<Placed>& placed, double& done, int64_t& work) const {
     const int parts = options_.split && choice != SplitChoice::no
                           ? split_parts(t, holder_hosts(t, problem_.cluster))
                           : 1;
-    const Op whole = soonest(t, t.slice, task, {}, schedule);
+    const Op whole = soonest(t, t.slice, task, {}, schedule, work);
     const double whole_finish = schedule.probe(whole, 0).finish;
     if (parts > 1) {
       std::vector<std::pair<Op, Slot>> pieces;
       std::vector<int> used;
       double finish = 0;
       for (int i = 0; i < parts; ++i) {
-        Op op = soonest(t, allgather_part(t.slice, parts, i), task, used, schedule);
+        Op op = soonest(t, allgather_part(t.slice, parts, i), task, used, schedule, work);
         used.push_back(problem_.cluster.host_of(*op.sender));
         const Slot slot = schedule.insert(op, 0);
         finish = std::max(finish, slot.finish);
@@ -246,10 +258,6 @@ std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& 
 
 std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>& jobs,
                               const PlanOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double, std::milli>(options.search_ms));
   const OrderPlanner planner(problem, jobs, options);
   const int n = static_cast<int>(jobs.size());
 
@@ -267,8 +275,10 @@ std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>&
   }
 
   // Bounded local search: swap or move jobs, flip split choices; accept moves that are no
-  // worse (to cross plateaus), remember the best. A fixed seed keeps runs repeatable up to the
-  // number of iterations the budget allows.
+  // worse (to cross plateaus), remember the best. A fixed seed and a budget of counted work make
+  // the plan the same on every run and machine. The search stops at 20 steps per pair of jobs,
+  // where small problems have converged, or before a step that, costing what the last decode
+  // did, would overrun the budget (so a problem whose decode alone exceeds it is not searched).
   std::vector<int> splittable;
   for (int j = 0; j < n; ++j)
     for (const Transfer& t : jobs[j].transfers)
@@ -276,11 +286,14 @@ std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>&
         splittable.push_back(j);
         break;
       }
-  const int64_t max_iterations = std::max<int64_t>(100, 20LL * n * n);
+  const int64_t max_steps = std::max<int64_t>(100, 20LL * n * n);
+  const double budget = options.search_effort * kSearchWork;
+  double spent = 0;
+  int64_t next_work = best.work;
   std::mt19937 rng(20230529);
   double current_makespan = best.makespan;
   if (n >= 2 || !splittable.empty()) {
-    for (int64_t it = 0; it < max_iterations && Clock::now() < deadline; ++it) {
+    for (int64_t step = 0; step < max_steps && spent + next_work <= budget; ++step) {
       Genome trial = current;
       const auto move = rng() % 3;
       if (move == 2 && !splittable.empty()) {
@@ -298,6 +311,8 @@ std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>&
         }
       }
       Decoded result = planner.decode(trial);
+      spent += result.work;
+      next_work = result.work;
       if (result.makespan <= current_makespan) {
         current_makespan = result.makespan;
         current = std::move(trial);

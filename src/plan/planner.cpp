@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "balance.h"
 #include "jobs.h"
 #include "meshcast/error.h"
@@ -20,8 +22,9 @@ Plan make_plan(const Resharding& problem, const PlanOptions& options) {
   if (options.chunk_bytes < 0)
     throw InvalidArgument(
         fmt::format("bad chunk bytes {}: expected >= 0 (0 = automatic)", options.chunk_bytes));
-  if (!(options.search_ms >= 0))
-    throw InvalidArgument(fmt::format("bad search budget {} ms: expected >= 0", options.search_ms));
+  if (!(options.search_effort >= 0) || std::isinf(options.search_effort))
+    throw InvalidArgument(
+        fmt::format("bad search effort {}: expected >= 0", options.search_effort));
   const auto tasks = decompose(problem);
   const auto jobs = detail::make_jobs(problem, tasks, options.strategy);
 

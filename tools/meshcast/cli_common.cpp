@@ -117,7 +117,8 @@ void add_plan_source_options(CLI::App& verb, PlanSourceOptions& o) {
                   "none|size|order (default: order for broadcast, size otherwise)");
   verb.add_flag("--split", o.split,
                 "Let several replica hosts each send a part of a slice when that is faster");
-  verb.add_option("--search-ms", o.search_ms, "Improvement search budget of --balance order, ms")
+  verb.add_option("--search-effort", o.search_effort,
+                  "Improvement search of --balance order: 0 greedy only, 2 twice the default")
       ->capture_default_str();
   verb.add_option("--chunk-bytes", o.chunk_bytes, "Broadcast pipelining chunk (0: automatic)")
       ->capture_default_str();
@@ -166,7 +167,7 @@ Plan plan_from_options(const PlanSourceOptions& o) {
   PlanOptions options{.strategy = parse_strategy(o.strategy),
                       .split = o.split,
                       .chunk_bytes = o.chunk_bytes,
-                      .search_ms = o.search_ms};
+                      .search_effort = o.search_effort};
   if (!o.balance.empty()) options.balance = parse_balance(o.balance);
   return make_plan(make_resharding(o.layout, o.cluster), options);
 }

@@ -48,12 +48,12 @@ struct PlanSourceOptions {
   std::string strategy = "broadcast";
   std::string balance;  // empty: the strategy's default (PlanOptions)
   bool split = false;
-  double search_ms = 10;
+  double search_effort = 1;
   int64_t chunk_bytes = 0;
   std::string plan_file;  // --plan: a plan document replaces all options above
 };
 
-// Adds the layout and cluster options, --strategy, --balance, --split, --search-ms,
+// Adds the layout and cluster options, --strategy, --balance, --split, --search-effort,
 // --chunk-bytes and --plan.
 void add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
 

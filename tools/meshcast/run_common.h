@@ -16,9 +16,9 @@ namespace meshcast::cli {
 // Throws InvalidArgument on another name, or on "mpi" when MPI was not found at configure time.
 std::unique_ptr<Executor> make_executor(std::string_view backend, int threads, bool mpi_bcast);
 
-// The plan `make` returns on the leader, on every process: a planner search bounded by
-// wall-clock time may differ between ranks, and all ranks must play the same ops. An error the
-// leader meets is thrown on every process.
+// The plan `make` returns on the leader, on every process: all ranks must play the same ops, even
+// ranks built differently (another compiler or libm may round the cost model differently). An
+// error the leader meets is thrown on every process.
 Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make);
 
 // Grows `problem`'s cluster with idle hosts to exactly `devices` devices. Returns why it cannot

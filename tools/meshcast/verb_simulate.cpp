@@ -72,7 +72,7 @@ Report run_simulation(const SimulateOptions& o) {
                                               .balance = r.plan.balance,
                                               .split = o.source.split,
                                               .chunk_bytes = o.source.chunk_bytes,
-                                              .search_ms = o.source.search_ms});
+                                              .search_effort = o.source.search_effort});
     } else {
       r.plan.problem = problem;
       r.plan.lower_bound_s = lower_bound(problem, decompose(problem));

@@ -17,15 +17,18 @@ struct PlanOptions {
   bool split = false;
   // Pipelining chunk of broadcasts; 0 picks one per broadcast from the cost model.
   int64_t chunk_bytes = 0;
-  // Wall-clock budget of the improvement search of balance order; 0 keeps the greedy plan.
-  double search_ms = 10;
+  // How much improvement search balance order does: 0 keeps the greedy plan, 1 the default, 2
+  // twice as much. The search counts work rather than time, so a plan never depends on the
+  // machine's speed or load.
+  double search_effort = 1;
 };
 
 // The balance mode `options` resolves to for its strategy.
 Balance effective_balance(const PlanOptions& options);
 
-// Throws InvalidArgument on an invalid problem or negative chunk_bytes / search_ms. The result
-// passes validate_plan and carries the lower bound and the bytes crossing host NICs.
+// Throws InvalidArgument on an invalid problem, a negative chunk_bytes, or a search_effort that
+// is negative or not finite. The result passes validate_plan and carries the lower bound and the
+// bytes crossing host NICs.
 Plan make_plan(const Resharding& problem, const PlanOptions& options = {});
 
 }  // namespace meshcast

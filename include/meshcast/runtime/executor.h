@@ -66,7 +66,7 @@ class Executor {
   // The one process that prints reports (rank 0).
   virtual bool is_leader() const = 0;
   // The leader's `text` on every process (e.g. the plan it made, so that every rank plays the
-  // same plan even when planning is bounded by wall-clock time).
+  // same plan even if the ranks' binaries were built differently).
   virtual std::string share_from_leader(std::string text) = 0;
 };
 
