@@ -198,22 +198,17 @@ class OrderPlanner {
   const PlanOptions& options_;
 };
 
-}  // namespace
-
-std::vector<Op> balance_none(const Resharding& problem, const std::vector<Job>& jobs,
-                             const PlanOptions& options) {
+// Every job's transfers as ops from the senders `choose(transfer, parts)` picks (one per part of
+// a split transfer), each job followed by its own follow-up ops: balance none and size differ only
+// in that choice.
+template <typename ChooseSenders>
+std::vector<Op> ops_from_senders(const Resharding& problem, const std::vector<Job>& jobs,
+                                 const PlanOptions& options, ChooseSenders choose) {
   std::vector<Op> ops;
   for (const Job& job : jobs) {
     for (const Transfer& t : job.transfers) {
       const int parts = options.split ? split_parts(t, holder_hosts(t, problem.cluster)) : 1;
-      std::vector<DeviceId> senders;  // the first holder of each of the first `parts` hosts
-      for (int h : hosts_of(t.candidates, problem.cluster)) {
-        if (static_cast<int>(senders.size()) == parts) break;
-        senders.push_back(*std::find_if(t.candidates.begin(), t.candidates.end(), [&](DeviceId d) {
-          return problem.cluster.host_of(d) == h;
-        }));
-      }
-      for (Op& op : split_ops(t, job.task, senders, problem, options.chunk_bytes))
+      for (Op& op : split_ops(t, job.task, choose(t, parts), problem, options.chunk_bytes))
         ops.push_back(std::move(op));
     }
     append_then(ops, job);
@@ -221,39 +216,47 @@ std::vector<Op> balance_none(const Resharding& problem, const std::vector<Job>& 
   return ops;
 }
 
+}  // namespace
+
+std::vector<Op> balance_none(const Resharding& problem, const std::vector<Job>& jobs,
+                             const PlanOptions& options) {
+  return ops_from_senders(problem, jobs, options, [&](const Transfer& t, int parts) {
+    std::vector<DeviceId> senders;  // the first holder of each of the first `parts` hosts
+    for (int h : hosts_of(t.candidates, problem.cluster)) {
+      if (static_cast<int>(senders.size()) == parts) break;
+      senders.push_back(*std::find_if(t.candidates.begin(), t.candidates.end(),
+                                      [&](DeviceId d) { return problem.cluster.host_of(d) == h; }));
+    }
+    return senders;
+  });
+}
+
 std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& jobs,
                              const PlanOptions& options) {
   const Cluster& cluster = problem.cluster;
   Loads loads{std::vector<int64_t>(cluster.hosts, 0), std::vector<int64_t>(cluster.devices(), 0)};
-  std::vector<Op> ops;
-  for (const Job& job : jobs) {
-    for (const Transfer& t : job.transfers) {
-      const int parts = options.split ? split_parts(t, holder_hosts(t, cluster)) : 1;
-      Loads whole = loads;
-      std::vector<DeviceId> senders{pick_least_loaded(t, t.bytes, {}, whole, cluster)};
-      if (parts > 1) {
-        Loads split = loads;
-        std::vector<DeviceId> split_senders;
-        std::vector<int> used;
-        for (int i = 0; i < parts; ++i) {
-          const int64_t bytes =
-              allgather_part(t.slice, parts, i).volume() * dtype_size(problem.tensor.dtype);
-          split_senders.push_back(pick_least_loaded(t, bytes, used, split, cluster));
-          used.push_back(cluster.host_of(split_senders.back()));
-        }
-        const auto holders = hosts_of(t.candidates, cluster);
-        if (max_load(split, holders) < max_load(whole, holders)) {
-          whole = split;
-          senders = split_senders;
-        }
+  return ops_from_senders(problem, jobs, options, [&](const Transfer& t, int parts) {
+    Loads whole = loads;
+    std::vector<DeviceId> senders{pick_least_loaded(t, t.bytes, {}, whole, cluster)};
+    if (parts > 1) {
+      Loads split = loads;
+      std::vector<DeviceId> split_senders;
+      std::vector<int> used;
+      for (int i = 0; i < parts; ++i) {
+        const int64_t bytes =
+            allgather_part(t.slice, parts, i).volume() * dtype_size(problem.tensor.dtype);
+        split_senders.push_back(pick_least_loaded(t, bytes, used, split, cluster));
+        used.push_back(cluster.host_of(split_senders.back()));
       }
-      loads = std::move(whole);
-      for (Op& op : split_ops(t, job.task, senders, problem, options.chunk_bytes))
-        ops.push_back(std::move(op));
+      const auto holders = hosts_of(t.candidates, cluster);
+      if (max_load(split, holders) < max_load(whole, holders)) {
+        whole = split;
+        senders = split_senders;
+      }
     }
-    append_then(ops, job);
-  }
-  return ops;
+    loads = std::move(whole);
+    return senders;
+  });
 }
 
 std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>& jobs,
