@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench_suite.h"
+#include "meshcast/suites/bench.h"
 
 namespace meshcast::cli {
 

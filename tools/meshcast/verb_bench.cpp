@@ -9,10 +9,10 @@
 #include <optional>
 
 #include "bench_chart.h"
-#include "bench_suite.h"
 #include "cli_common.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/suites/bench.h"
 #include "meshcast/version.h"
 #include "run_common.h"
 #include "verbs.h"
@@ -63,14 +63,6 @@ class Progress {
   size_t done_ = 0;
   bool shown_;
 };
-
-// At most this many unit tasks: the product over dims of (source parts + destination parts - 1).
-int64_t task_upper_bound(const Resharding& p) {
-  int64_t bound = 1;
-  for (int d = 0; d < p.tensor.rank(); ++d)
-    bound *= std::min(p.tensor.shape[d], p.src.parts_of(d) + p.dst.parts_of(d) - 1);
-  return bound;
-}
 
 std::vector<int> parse_host_counts(const std::string& text) {
   std::vector<int> hosts;
@@ -186,15 +178,6 @@ Cluster load_links(const std::string& path) {
         "nics_per_host",
         path));
   return links;
-}
-
-// `topology`'s hosts and devices with the NIC, intra-host and latency figures of `links`.
-Cluster with_links(Cluster topology, const Cluster& links) {
-  topology.nic_bandwidth = links.nic_bandwidth;
-  topology.device_bandwidth = links.device_bandwidth;
-  topology.latency = links.latency;
-  topology.nics_per_host = links.nics_per_host;
-  return topology;
 }
 
 void run_bench(const BenchOptions& o) {

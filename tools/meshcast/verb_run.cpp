@@ -12,6 +12,7 @@
 #include "meshcast/plan/json.h"
 #include "meshcast/runtime/measure.h"
 #include "meshcast/sim/simulator.h"
+#include "meshcast/suites/bench.h"
 #include "meshcast/version.h"
 #include "run_common.h"
 #include "verbs.h"

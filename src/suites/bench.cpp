@@ -1,7 +1,8 @@
-#include "bench_suite.h"
+#include "meshcast/suites/bench.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <map>
@@ -9,11 +10,11 @@
 #include <stdexcept>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/json.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"
-#include "run_common.h"
 
-namespace meshcast::cli {
+namespace meshcast {
 namespace {
 
 std::vector<std::string_view> split_commas(std::string_view text) {
@@ -193,6 +194,22 @@ void check_backend(std::string_view backend) {
     throw InvalidArgument(fmt::format("bad --backend '{}': expected sim, local or mpi", backend));
 }
 
+int64_t task_upper_bound(const Resharding& problem) {
+  int64_t bound = 1;
+  for (int d = 0; d < problem.tensor.rank(); ++d)
+    bound *=
+        std::min(problem.tensor.shape[d], problem.src.parts_of(d) + problem.dst.parts_of(d) - 1);
+  return bound;
+}
+
+Cluster with_links(Cluster topology, const Cluster& links) {
+  topology.nic_bandwidth = links.nic_bandwidth;
+  topology.device_bandwidth = links.device_bandwidth;
+  topology.latency = links.latency;
+  topology.nics_per_host = links.nics_per_host;
+  return topology;
+}
+
 double BenchRow::effective_gbps() const {
   return bytes_to_gbps(static_cast<double>(tensor_bytes) / time_s);
 }
@@ -230,6 +247,39 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
   return row;
 }
 
+Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make) {
+  std::string text;
+  if (executor.is_leader()) {
+    try {
+      text = plan_to_json(make()).dump();
+    } catch (const Error& e) {
+      text = fmt::format("!{}", e.what());
+    }
+  }
+  text = executor.share_from_leader(std::move(text));
+  if (text.starts_with('!')) throw InvalidArgument(text.substr(1));
+  return plan_from_json(nlohmann::json::parse(text));
+}
+
+std::optional<std::string> fit_cluster(Resharding& problem, int devices) {
+  Cluster& c = problem.cluster;
+  if (c.devices() > devices || devices % c.devices_per_host != 0)
+    return fmt::format("needs {} devices ({} hosts x {}); {} ranks cannot play it", c.devices(),
+                       c.hosts, c.devices_per_host, devices);
+  c.hosts = devices / c.devices_per_host;
+  // Idle hosts get the cluster-wide NIC figures.
+  if (!c.host_nic_bandwidth.empty()) c.host_nic_bandwidth.resize(c.hosts, c.nic_bandwidth);
+  if (!c.host_nics.empty()) c.host_nics.resize(c.hosts, c.nics_per_host);
+  return std::nullopt;
+}
+
+void shrink_tensor(Resharding& problem, int64_t bytes) {
+  TensorSpec& t = problem.tensor;
+  if (bytes <= 0 || t.bytes() <= bytes) return;
+  const int64_t row_bytes = t.bytes() / t.shape[0];
+  t.shape[0] = std::max<int64_t>(1, bytes / row_bytes);
+}
+
 void fill_speedups(std::vector<BenchRow>& rows) {
   std::map<std::string, double> send_recv;
   for (const auto& r : rows)
@@ -240,4 +290,4 @@ void fill_speedups(std::vector<BenchRow>& rows) {
   }
 }
 
-}  // namespace meshcast::cli
+}  // namespace meshcast

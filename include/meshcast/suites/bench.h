@@ -1,16 +1,20 @@
 // The suites of `meshcast bench`: their cases, the strategies they compare, and one row per
-// (case, strategy) with the time a backend gives it.
+// (case, strategy) with the time a backend gives it. Library code, so that the command line and
+// the Python package run the same suites.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "meshcast/plan/planner.h"
+#include "meshcast/runtime/executor.h"
 #include "meshcast/runtime/measure.h"
 
-namespace meshcast::cli {
+namespace meshcast {
 
 struct BenchCase {
   std::string label;  // "1".."8" for the paper suite, "1x4" for single-sender, "r3" for random
@@ -47,6 +51,13 @@ std::vector<StrategyChoice> parse_strategies(std::string_view text);
 // "1,7" -> {1, 7}; throws InvalidArgument unless every entry is in 1..8.
 std::vector<int> parse_case_numbers(std::string_view text);
 
+// At most this many unit tasks: the product over dims of (source parts + destination parts - 1).
+int64_t task_upper_bound(const Resharding& problem);
+
+// `topology`'s hosts and devices with the NIC, intra-host and latency figures and the NICs per
+// host of `links` (a calibrated cluster applied to a suite whose cases have their own hosts).
+Cluster with_links(Cluster topology, const Cluster& links);
+
 // Where a row's time comes from: "sim" (the flow-level simulator), or "local" / "mpi", which
 // play the plan for real (measure_row then gets their executor).
 void check_backend(std::string_view backend);
@@ -80,7 +91,20 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
                      std::string_view backend, Executor* executor = nullptr,
                      const MeasureOptions& measure = {});
 
+// The plan `make` returns on the leader, on every process: all ranks must play the same ops, even
+// ranks built differently (another compiler or libm may round the cost model differently). An
+// error the leader meets is thrown on every process.
+Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make);
+
+// Grows `problem`'s cluster with idle hosts to exactly `devices` devices. Returns why it cannot
+// (more devices than that, or a count that is not a multiple of the devices per host).
+std::optional<std::string> fit_cluster(Resharding& problem, int devices);
+
+// Shrinks dim 0 of the tensor so that it has about `bytes` bytes (never below one row); no-op
+// when it is already that small.
+void shrink_tensor(Resharding& problem, int64_t bytes);
+
 // Fills each row's speedup from the send_recv row of its case.
 void fill_speedups(std::vector<BenchRow>& rows);
 
-}  // namespace meshcast::cli
+}  // namespace meshcast
