@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meshcast/tasks/batch.h"
 #include "meshcast/tasks/unit_task.h"
 
 namespace meshcast::testing {
@@ -79,6 +80,52 @@ inline std::vector<Resharding> property_corpus(unsigned seed, int count,
   corpus.reserve(count);
   for (int i = 0; i < count; ++i) corpus.push_back(random_resharding(rng, o));
   return corpus;
+}
+
+// A random batch of `tensors` tensors on one random cluster: every dtype, tiny tensors with
+// mostly empty tiles, meshes differing from tensor to tensor (placed from a random host, or
+// explicit shuffled device lists), shared and disjoint devices.
+inline Batch random_batch(std::mt19937& rng, int tensors, const CorpusOptions& o = {}) {
+  constexpr DType dtypes[] = {DType::int8,    DType::uint8,    DType::int32,   DType::int64,
+                              DType::float16, DType::bfloat16, DType::float32, DType::float64};
+  Batch batch;
+  batch.cluster.hosts = 1 + static_cast<int>(rng() % 4);
+  batch.cluster.devices_per_host = 1 + static_cast<int>(rng() % o.max_axis);
+  const int per_host = batch.cluster.devices_per_host;
+  const int devices = batch.cluster.devices();
+  auto random_mesh = [&]() {
+    std::vector<int64_t> shape(1 + rng() % o.max_mesh_rank);
+    for (auto& s : shape) s = 1 + static_cast<int64_t>(rng() % o.max_axis);
+    shape.back() = std::min<int64_t>(shape.back(), per_host);
+    int64_t size = 1;
+    for (auto& s : shape) {  // shrink leading axes until the mesh fits the cluster
+      while (size * s > devices && s > 1) --s;
+      size *= s;
+    }
+    const Mesh placed_probe = Mesh::placed(shape, 0, per_host);
+    const int span = static_cast<int>(placed_probe.host_span());
+    if (rng() % 2 == 0 && span <= batch.cluster.hosts)
+      return Mesh::placed(shape, static_cast<int>(rng() % (batch.cluster.hosts - span + 1)),
+                          per_host);
+    std::vector<DeviceId> all(devices);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    return Mesh(shape, {all.begin(), all.begin() + size});
+  };
+  for (int i = 0; i < tensors; ++i) {
+    TensorResharding t;
+    t.name = fmt::format("t{}", i);
+    t.tensor.shape.resize(1 + rng() % o.max_tensor_rank);
+    const bool tiny = rng() % 4 == 0;
+    for (auto& d : t.tensor.shape) d = tiny ? 1 : 1 + static_cast<int64_t>(rng() % o.max_dim);
+    t.tensor.dtype = dtypes[rng() % std::size(dtypes)];
+    const Mesh src = random_mesh();
+    const Mesh dst = random_mesh();
+    t.src = Layout{src, random_spec(rng, t.tensor.rank(), src.rank())};
+    t.dst = Layout{dst, random_spec(rng, t.tensor.rank(), dst.rank())};
+    batch.tensors.push_back(std::move(t));
+  }
+  return batch;
 }
 
 inline std::string describe(const Resharding& p) {

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "meshcast/error.h"
 #include "meshcast/version.h"
 
@@ -33,10 +36,20 @@ json layout_to_json(const Layout& layout) {
           {"spec", layout.spec.to_string()}};
 }
 
-Layout layout_from_json(const json& j, std::string_view where) {
+// Without "devices", `placement` (when given) places the mesh by default from its first host.
+struct DefaultPlacement {
+  int first_host;
+  int devices_per_host;
+};
+
+Layout layout_from_json(const json& j, std::string_view where,
+                        std::optional<DefaultPlacement> placement = {}) {
   try {
-    Mesh mesh(field<std::vector<int64_t>>(j, "mesh", where),
-              field<std::vector<DeviceId>>(j, "devices", where));
+    auto shape = field<std::vector<int64_t>>(j, "mesh", where);
+    Mesh mesh =
+        placement && !(j.is_object() && j.contains("devices"))
+            ? Mesh::placed(std::move(shape), placement->first_host, placement->devices_per_host)
+            : Mesh(std::move(shape), field<std::vector<DeviceId>>(j, "devices", where));
     return Layout{std::move(mesh), ShardingSpec::parse(field<std::string>(j, "spec", where))};
   } catch (const InvalidArgument& e) {
     throw ParseError(fmt::format("{}: {}", where, e.what()));
@@ -95,15 +108,23 @@ json resharding_to_json(const Resharding& p) {
           {"cluster", cluster_to_json(p.cluster)}};
 }
 
+namespace {
+
+// {"shape", "dtype"} of a tensor document, read into `tensor`.
+void read_tensor_spec(const json& j, std::string_view where, TensorSpec& tensor) {
+  tensor.shape = field<std::vector<int64_t>>(j, "shape", where);
+  try {
+    tensor.dtype = parse_dtype(field<std::string>(j, "dtype", where));
+  } catch (const InvalidArgument& e) {
+    throw ParseError(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
+}  // namespace
+
 Resharding resharding_from_json(const json& j) {
   Resharding p;
-  const json tensor = field<json>(j, "tensor", "document");
-  p.tensor.shape = field<std::vector<int64_t>>(tensor, "shape", "tensor");
-  try {
-    p.tensor.dtype = parse_dtype(field<std::string>(tensor, "dtype", "tensor"));
-  } catch (const InvalidArgument& e) {
-    throw ParseError(fmt::format("tensor: {}", e.what()));
-  }
+  read_tensor_spec(field<json>(j, "tensor", "document"), "tensor", p.tensor);
   p.src = layout_from_json(field<json>(j, "src", "document"), "src");
   p.dst = layout_from_json(field<json>(j, "dst", "document"), "dst");
   p.cluster = cluster_from_json(field<json>(j, "cluster", "document"));
@@ -113,6 +134,54 @@ Resharding resharding_from_json(const json& j) {
     throw ParseError(e.what());
   }
   return p;
+}
+
+json batch_to_json(const Batch& batch) {
+  json tensors = json::array();
+  for (const auto& t : batch.tensors)
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.tensor.shape},
+                       {"dtype", to_string(t.tensor.dtype)},
+                       {"src", layout_to_json(t.src)},
+                       {"dst", layout_to_json(t.dst)}});
+  return {{"cluster", cluster_to_json(batch.cluster)}, {"tensors", std::move(tensors)}};
+}
+
+Batch batch_from_json(const json& j) {
+  Batch batch;
+  batch.cluster = cluster_from_json(field<json>(j, "cluster", "batch"));
+  if (!j.is_object() || !j.contains("tensors")) throw ParseError("batch: missing key 'tensors'");
+  const json& tensors = j.at("tensors");  // field<json> would copy a whole model's document
+  if (!tensors.is_array())
+    throw ParseError("batch: bad value for 'tensors': expected an array of tensors");
+  const int per_host = batch.cluster.devices_per_host;
+  batch.tensors.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const json& t = tensors[i];
+    std::string where = fmt::format("tensors[{}]", i);
+    TensorResharding tr;
+    tr.name = field<std::string>(t, "name", where);
+    where = fmt::format("tensors[{}] '{}'", i, tr.name);
+    read_tensor_spec(t, where, tr.tensor);
+    // Default placement as the layout options give it: the source from host 0, the destination
+    // from the host after the source's last one.
+    tr.src = layout_from_json(field<json>(t, "src", where), where + ": src",
+                              DefaultPlacement{0, per_host});
+    const auto& src_devices = tr.src.mesh.devices();
+    const int after_src =
+        src_devices.empty()
+            ? 0
+            : *std::max_element(src_devices.begin(), src_devices.end()) / per_host + 1;
+    tr.dst = layout_from_json(field<json>(t, "dst", where), where + ": dst",
+                              DefaultPlacement{after_src, per_host});
+    batch.tensors.push_back(std::move(tr));
+  }
+  try {
+    batch.validate();
+  } catch (const InvalidArgument& e) {
+    throw ParseError(e.what());
+  }
+  return batch;
 }
 
 json box_to_json(const Box& box) {

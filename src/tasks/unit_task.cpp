@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "meshcast/error.h"
+#include "unit_task_internal.h"
 
 namespace meshcast {
 namespace {
@@ -40,9 +41,9 @@ std::vector<PartOverlap> overlaps_along(int64_t length, int64_t src_parts, int64
 
 }  // namespace
 
-void Resharding::validate() const {
+void validate_tensor_layouts(const TensorSpec& tensor, const Layout& src, const Layout& dst,
+                             const Cluster& cluster) {
   tensor.validate();
-  cluster.validate();
   for (const auto* side : {&src, &dst}) {
     const char* name = side == &src ? "source" : "destination";
     if (side->mesh.size() == 0) throw InvalidArgument(fmt::format("{} mesh is empty", name));
@@ -55,25 +56,30 @@ void Resharding::validate() const {
   }
 }
 
-std::vector<UnitTask> decompose(const Resharding& problem) {
-  problem.validate();
-  const int rank = problem.tensor.rank();
-  const auto src_tiles = distinct_tiles(problem.tensor, problem.src);
-  const auto dst_tiles = distinct_tiles(problem.tensor, problem.dst);
+void Resharding::validate() const {
+  cluster.validate();
+  validate_tensor_layouts(tensor, src, dst, cluster);
+}
+
+std::vector<UnitTask> decompose_valid(const TensorSpec& tensor, const Layout& src,
+                                      const Layout& dst) {
+  const int rank = tensor.rank();
+  const auto src_tiles = distinct_tiles(tensor, src);
+  const auto dst_tiles = distinct_tiles(tensor, dst);
 
   std::vector<std::vector<PartOverlap>> per_dim(rank);
   std::vector<int64_t> src_radix(rank), dst_radix(rank);
   int64_t count = 1;
   for (int d = 0; d < rank; ++d) {
-    src_radix[d] = problem.src.parts_of(d);
-    dst_radix[d] = problem.dst.parts_of(d);
-    per_dim[d] = overlaps_along(problem.tensor.shape[d], src_radix[d], dst_radix[d]);
+    src_radix[d] = src.parts_of(d);
+    dst_radix[d] = dst.parts_of(d);
+    per_dim[d] = overlaps_along(tensor.shape[d], src_radix[d], dst_radix[d]);
     count *= static_cast<int64_t>(per_dim[d].size());
   }
 
   std::vector<UnitTask> tasks;
   tasks.reserve(count);
-  const int elem = dtype_size(problem.tensor.dtype);
+  const int elem = dtype_size(tensor.dtype);
   // Odometer over the per-dimension overlaps, last dimension fastest: every combination is a
   // non-empty slice, so the loop does work only for tasks it emits.
   std::vector<size_t> pick(rank, 0);
@@ -98,6 +104,11 @@ std::vector<UnitTask> decompose(const Resharding& problem) {
     }
   }
   return tasks;
+}
+
+std::vector<UnitTask> decompose(const Resharding& problem) {
+  problem.validate();
+  return decompose_valid(problem.tensor, problem.src, problem.dst);
 }
 
 }  // namespace meshcast

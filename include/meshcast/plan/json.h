@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meshcast/plan/plan.h"
+#include "meshcast/tasks/batch.h"
 
 namespace meshcast {
 
@@ -17,6 +18,13 @@ Cluster cluster_from_json(const nlohmann::json& j, const Cluster& defaults = {})
 //  "cluster": {...}}: the keys are merged into the documents of the tasks and plan verbs.
 nlohmann::json resharding_to_json(const Resharding& problem);
 Resharding resharding_from_json(const nlohmann::json& j);
+
+// A batch file: {"cluster": {...}, "tensors": [{"name", "shape", "dtype", "src": {"mesh",
+// "devices", "spec"}, "dst": {...}}, ...]}. batch_from_json accepts a layout without "devices"
+// (the source placed from host 0, the destination from the host after the source's last one) and
+// throws ParseError naming the tensor (index and name) and the key; the result is validated.
+nlohmann::json batch_to_json(const Batch& batch);
+Batch batch_from_json(const nlohmann::json& j);
 
 // {"slice": [[lo,hi],...], "bytes", "senders", "receivers"}
 nlohmann::json task_to_json(const UnitTask& task);

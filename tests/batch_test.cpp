@@ -1,0 +1,142 @@
+#include "meshcast/tasks/batch.h"
+
+#include <gtest/gtest.h>
+
+#include "corpus.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/tasks/paper_cases.h"
+
+namespace meshcast {
+namespace {
+
+// The message of the InvalidArgument (or ParseError) that `f` throws; fails when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return {};
+}
+
+Batch two_tensor_batch() {
+  Batch batch = Batch::of_one(paper_cases()[0].problem, "first");
+  TensorResharding second = batch.tensors[0];
+  second.name = "second";
+  second.tensor.dtype = DType::bfloat16;
+  batch.tensors.push_back(second);
+  return batch;
+}
+
+TEST(BatchTest, OfOneIsTheResharding) {
+  const Resharding problem = paper_cases()[6].problem;
+  const Batch batch = Batch::of_one(problem);
+  ASSERT_EQ(batch.tensors.size(), 1u);
+  EXPECT_EQ(batch.tensors[0].name, "tensor");
+  EXPECT_EQ(batch.resharding(0), problem);
+  const auto tasks = decompose(batch);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0], decompose(problem));
+}
+
+TEST(BatchTest, DecomposesEachTensorAlone) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 50; ++round) {
+    const Batch batch = testing::random_batch(rng, 1 + static_cast<int>(rng() % 6));
+    const auto tasks = decompose(batch);
+    ASSERT_EQ(tasks.size(), batch.tensors.size());
+    for (size_t i = 0; i < tasks.size(); ++i)
+      EXPECT_EQ(tasks[i], decompose(batch.resharding(i))) << tensor_label(batch, i);
+  }
+}
+
+TEST(BatchTest, RejectsDuplicateAndEmptyNamesNamingTheTensor) {
+  Batch batch = two_tensor_batch();
+  batch.tensors[1].name = "first";
+  const std::string duplicate = error_of([&] { batch.validate(); });
+  EXPECT_NE(duplicate.find("tensors[1] 'first'"), std::string::npos) << duplicate;
+  EXPECT_NE(duplicate.find("duplicate name"), std::string::npos) << duplicate;
+  EXPECT_NE(duplicate.find("tensors[0]"), std::string::npos) << duplicate;
+
+  batch.tensors[1].name = "";
+  const std::string empty = error_of([&] { batch.validate(); });
+  EXPECT_NE(empty.find("tensors[1]: empty name"), std::string::npos) << empty;
+
+  batch.tensors.clear();
+  EXPECT_NE(error_of([&] { batch.validate(); }).find("no tensors"), std::string::npos);
+}
+
+TEST(BatchTest, RejectsAMeshOutsideTheClusterNamingTheTensor) {
+  Batch batch = two_tensor_batch();
+  batch.tensors[1].dst.mesh = Mesh({2}, {0, batch.cluster.devices()});
+  const std::string message = error_of([&] { decompose(batch); });
+  EXPECT_NE(message.find("tensors[1] 'second': destination:"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(batch.cluster.devices())), std::string::npos) << message;
+
+  batch = two_tensor_batch();
+  batch.tensors[0].src.spec = ShardingSpec::parse("S0");  // rank 1 spec on a rank 3 tensor
+  const std::string spec = error_of([&] { batch.validate(); });
+  EXPECT_NE(spec.find("tensors[0] 'first': source:"), std::string::npos) << spec;
+}
+
+TEST(BatchJsonTest, RoundTrips) {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 20; ++round) {
+    const Batch batch = testing::random_batch(rng, 1 + static_cast<int>(rng() % 8));
+    const auto j = batch_to_json(batch);
+    EXPECT_EQ(batch_from_json(nlohmann::json::parse(j.dump())), batch);
+  }
+}
+
+TEST(BatchJsonTest, PlacesMeshesWithoutDevicesByDefault) {
+  const auto j = nlohmann::json::parse(R"({
+    "cluster": {"hosts": 3, "devices_per_host": 4},
+    "tensors": [{"name": "w", "shape": [8, 4], "dtype": "bfloat16",
+                 "src": {"mesh": [1, 4], "spec": "S1R"},
+                 "dst": {"mesh": [2, 2], "spec": "RS0"}},
+                {"name": "b", "shape": [8], "dtype": "float32",
+                 "src": {"mesh": [2], "devices": [5, 6], "spec": "S0"},
+                 "dst": {"mesh": [2], "spec": "R"}}]})");
+  const Batch batch = batch_from_json(j);
+  EXPECT_EQ(batch.tensors[0].src.mesh, Mesh::placed({1, 4}, 0, 4));
+  EXPECT_EQ(batch.tensors[0].dst.mesh, Mesh::placed({2, 2}, 1, 4));
+  EXPECT_EQ(batch.tensors[1].src.mesh.devices(), (std::vector<DeviceId>{5, 6}));
+  EXPECT_EQ(batch.tensors[1].dst.mesh, Mesh::placed({2}, 2, 4));
+  EXPECT_EQ(batch.tensors[1].tensor.dtype, DType::float32);
+}
+
+TEST(BatchJsonTest, NamesTheTensorAndTheField) {
+  const auto good = batch_to_json(two_tensor_batch());
+  auto j = good;
+  j["tensors"][1]["dst"].erase("spec");
+  std::string message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("tensors[1] 'second': dst: missing key 'spec'"), std::string::npos)
+      << message;
+
+  j = good;
+  j["tensors"][1].erase("name");
+  message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("tensors[1]: missing key 'name'"), std::string::npos) << message;
+
+  j = good;
+  j["tensors"][0]["dtype"] = "float128";
+  message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("tensors[0] 'first'"), std::string::npos) << message;
+  EXPECT_NE(message.find("float128"), std::string::npos) << message;
+
+  j = good;
+  j["tensors"][1]["name"] = "first";
+  message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("tensors[1] 'first': duplicate name"), std::string::npos) << message;
+
+  j = good;
+  j.erase("tensors");
+  message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("missing key 'tensors'"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace meshcast
