@@ -147,6 +147,16 @@ check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,
 check bench-bad-suite 2 "bad --suite 'foo'" -- "$MESHCAST" bench --suite foo
 check bench-bad-hosts 2 "bad host count '3' in --scale-hosts" -- "$MESHCAST" bench --scale --scale-hosts 3
 check bench-unwritable 2 "cannot write" -- "$MESHCAST" bench --cases 1 --svg "$TMP/no/dir/c.svg"
+LLAMA=(--arch llama --hidden 64 --layers 4 --ffn 96 --vocab 100)
+check model-llama 0 "llama model: 39 tensors" -- "$MESHCAST" model "${LLAMA[@]}" --heads 8 --kv-heads 2 --train tp=4,pp=2 --serve tp=2,replicas=4 -o "$TMP/llama.json"
+check model-llama-file 0 '"name":"layers.3.mlp.down.weight","shape":\[64,96\],"src":\{"devices":\[4,5,6,7\],"mesh":\[1,4\],"spec":"RS1"\}' -- cat "$TMP/llama.json"
+check model-gpt-stdout 0 '"name":"layers.0.attn.qkv.bias"' -- "$MESHCAST" model --arch gpt --hidden 64 --layers 2 --heads 8 --ffn 256 --vocab 100 --positions 32 --train tp=2,dp=2 --serve tp=4
+check model-bad-arch 2 "bad architecture 'bert': expected llama or gpt" -- "$MESHCAST" model --arch bert
+check model-bad-train 2 "bad entry 'tp=0' in --train" -- "$MESHCAST" model --train tp=0 -o "$TMP/bad.json"
+check model-bad-serve-key 2 "bad entry 'dp=2' in --serve 'tp=2,dp=2': expected tp=N, pp=N or replicas=N" -- "$MESHCAST" model --serve tp=2,dp=2 -o "$TMP/bad.json"
+check model-too-many-stages 2 "bad --train pp=8: expected at most the model's 4 layers" -- "$MESHCAST" model "${LLAMA[@]}" --heads 8 --train pp=8 -o "$TMP/bad.json"
+check model-bad-heads 2 "bad heads 7: expected a divisor of hidden 64" -- "$MESHCAST" model "${LLAMA[@]}" --heads 7 -o "$TMP/bad.json"
+check model-nothing-written 1 "" -- test -e "$TMP/bad.json"
 rm -rf "$TMP"
 
 echo "$passes passed, $failures failed"

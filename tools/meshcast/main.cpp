@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   meshcast::cli::add_bench_verb(app);
   meshcast::cli::add_simulate_verb(app);
   meshcast::cli::add_run_verb(app);
+  meshcast::cli::add_model_verb(app);
 #ifdef MESHCAST_CLI_WITH_MPI
   meshcast::cli::add_calibrate_verb(app);
 #endif

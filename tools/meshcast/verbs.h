@@ -12,6 +12,7 @@ void add_plan_verb(CLI::App& app);
 void add_bench_verb(CLI::App& app);
 void add_simulate_verb(CLI::App& app);
 void add_run_verb(CLI::App& app);
+void add_model_verb(CLI::App& app);
 #ifdef MESHCAST_CLI_WITH_MPI
 void add_calibrate_verb(CLI::App& app);
 #endif
