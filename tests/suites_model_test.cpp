@@ -6,6 +6,7 @@
 #include <set>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/json.h"
 #include "meshcast/suites/model.h"
 #include "meshcast/tasks/paper_cases.h"
 
@@ -141,6 +142,15 @@ TEST(ModelTest, ServerStartsOnTheHostAfterTheTrainer) {
     t.dst.validate(t.tensor);
     t.src.mesh.check_fits(b.cluster);
     t.dst.mesh.check_fits(b.cluster);
+  }
+}
+
+TEST(ModelTest, BatchIsValidAndItsFileRoundTrips) {
+  for (const auto& config : {small_llama(), small_gpt()}) {
+    const Batch b = model_batch(config, {.tp = 2, .pp = 2, .replicas = 2}, {.tp = 8, .replicas = 2},
+                                paper_cluster(1));
+    b.validate();
+    EXPECT_EQ(batch_from_json(nlohmann::json::parse(batch_to_json(b).dump())), b);
   }
 }
 
