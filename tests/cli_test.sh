@@ -28,6 +28,12 @@ check tasks-json-devices 0 '"devices":\[8,9,10,11,12,13,14,15\]' -- "$MESHCAST" 
 check tasks-host-offset 0 '"devices":\[4,5,6,7,8,9,10,11\]' -- "$MESHCAST" tasks "${LAYOUT[@]}" --dst-host-offset 1 --json
 check tasks-explicit 0 'unit tasks: 2' -- "$MESHCAST" tasks --shape 8 --src-mesh 2 --src-spec S0 --dst-mesh 2 --dst-spec R --src-devices 0,1 --dst-devices 3,2
 check bad-spec 2 "bad sharding spec 'S0Q'" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S0Q --dst-spec RR
+check spec-dtensor 0 '"spec":"RS1"' -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2x4 --src-spec "Shard(0),Replicate()" --dst-spec "Replicate(),Shard(1)" --json
+check spec-dtensor-nested 0 '"spec":"S0/1R"' -- "$MESHCAST" tasks --shape 5,8 --src-mesh 2x2 --src-spec "[Shard(0), Shard(0)]" --dst-spec RR --json
+check spec-jax 0 '"spec":"S01R"' -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2x4 --src-spec "P(('dp','tp'),None)" --dst-spec "P(None,tp)" --src-axes dp,tp --json
+check spec-jax-dst-axes 0 '"spec":"RS0"' -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2x4 --src-spec S0R --dst-spec "P(None,dp)" --dst-axes dp,tp --json
+check spec-jax-bad-name 2 "--dst-spec: .*'pp' \(expected one of dp, tp\)" -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2x4 --src-spec S0R --dst-spec "P(None,pp)" --dst-axes dp,tp
+check spec-dtensor-count 2 "--src-spec: .*1 placements, but the mesh has 2 axes" -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2x4 --src-spec "Shard(0)" --dst-spec RR
 check axis-twice 2 "mesh axis 0 is used twice" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S0S0 --dst-spec RR
 check axis-range 2 "uses mesh axis 1, but the mesh has 1 axes" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S1R --dst-spec RR
 check rank-mismatch 2 "has 3 entries, but the tensor has 2" -- "$MESHCAST" tasks --shape 4,4 --src-mesh 2 --src-spec S0RR --dst-spec RR

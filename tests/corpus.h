@@ -22,7 +22,8 @@ struct CorpusOptions {
 };
 
 // A random spec for a tensor of `tensor_rank` dims over a mesh of `mesh_rank` axes: each axis
-// shards one random dim or none; a dim sharded by several axes takes them in random order.
+// shards one random dim or none; a dim sharded by several axes takes them in random order and
+// is split flat (Alpa, JAX) or nested (DTensor) at random.
 inline ShardingSpec random_spec(std::mt19937& rng, int tensor_rank, int mesh_rank) {
   std::vector<ShardingSpec::DimAxes> dims(tensor_rank);
   std::vector<int> axes(mesh_rank);
@@ -32,7 +33,9 @@ inline ShardingSpec random_spec(std::mt19937& rng, int tensor_rank, int mesh_ran
     const int dim = static_cast<int>(rng() % (tensor_rank + 1));
     if (dim < tensor_rank) dims[dim].push_back(a);
   }
-  return ShardingSpec(std::move(dims));
+  std::vector<bool> nested(tensor_rank);
+  for (int d = 0; d < tensor_rank; ++d) nested[d] = dims[d].size() > 1 && rng() % 2 == 0;
+  return ShardingSpec(std::move(dims), std::move(nested));
 }
 
 inline std::vector<int64_t> random_mesh_shape(std::mt19937& rng, const CorpusOptions& o) {

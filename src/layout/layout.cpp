@@ -22,6 +22,20 @@ int64_t Layout::part_index(int dim, const std::vector<int64_t>& coords) const {
   return index;
 }
 
+Interval Layout::part_range(int dim, int64_t length, int64_t part) const {
+  if (!spec.nested(dim)) return chunk_part(length, parts_of(dim), part);
+  // Mixed-radix digits of `part`, major axis first; each narrows the range of the one before.
+  Interval range{0, length};
+  int64_t below = parts_of(dim);
+  for (int a : spec.axes_of(dim)) {
+    const int64_t n = mesh.shape()[a];
+    below /= n;
+    const Interval sub = chunk_part(range.size(), n, (part / below) % n);
+    range = {range.lo + sub.lo, range.lo + sub.hi};
+  }
+  return range;
+}
+
 void Layout::validate(const TensorSpec& tensor) const {
   spec.validate(tensor.rank(), mesh.rank());
 }
@@ -31,8 +45,7 @@ Box tile_at(const TensorSpec& tensor, const Layout& layout, int64_t flat_index) 
   Box box;
   box.dims.reserve(tensor.shape.size());
   for (int d = 0; d < tensor.rank(); ++d)
-    box.dims.push_back(
-        chunk_part(tensor.shape[d], layout.parts_of(d), layout.part_index(d, coords)));
+    box.dims.push_back(layout.part_range(d, tensor.shape[d], layout.part_index(d, coords)));
   return box;
 }
 
@@ -54,7 +67,7 @@ std::vector<Tile> distinct_tiles(const TensorSpec& tensor, const Layout& layout)
     int64_t rest = t;
     for (int d = rank - 1; d >= 0; --d) {
       const int64_t parts = layout.parts_of(d);
-      tiles[t].box.dims[d] = chunk_part(tensor.shape[d], parts, rest % parts);
+      tiles[t].box.dims[d] = layout.part_range(d, tensor.shape[d], rest % parts);
       rest /= parts;
     }
   }

@@ -15,14 +15,18 @@ struct PartOverlap {
   Interval range;
 };
 
-// Merges the two torch.chunk partitions of [0, length): O(src_parts + dst_parts).
-std::vector<PartOverlap> overlaps_along(int64_t length, int64_t src_parts, int64_t dst_parts) {
+// Merges the source and destination partitions of dimension `dim`: O(src_parts + dst_parts).
+// Both layouts number their parts in order along the dim, flat or nested.
+std::vector<PartOverlap> overlaps_along(int64_t length, const Layout& src, const Layout& dst,
+                                        int dim) {
+  const int64_t src_parts = src.parts_of(dim);
+  const int64_t dst_parts = dst.parts_of(dim);
   std::vector<PartOverlap> out;
   int64_t s = 0;
   int64_t d = 0;
   while (s < src_parts && d < dst_parts) {
-    const Interval a = chunk_part(length, src_parts, s);
-    const Interval b = chunk_part(length, dst_parts, d);
+    const Interval a = src.part_range(dim, length, s);
+    const Interval b = dst.part_range(dim, length, d);
     if (a.empty()) {
       ++s;
       continue;
@@ -73,7 +77,7 @@ std::vector<UnitTask> decompose_valid(const TensorSpec& tensor, const Layout& sr
   for (int d = 0; d < rank; ++d) {
     src_radix[d] = src.parts_of(d);
     dst_radix[d] = dst.parts_of(d);
-    per_dim[d] = overlaps_along(tensor.shape[d], src_radix[d], dst_radix[d]);
+    per_dim[d] = overlaps_along(tensor.shape[d], src, dst, d);
     count *= static_cast<int64_t>(per_dim[d].size());
   }
 

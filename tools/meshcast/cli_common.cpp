@@ -23,9 +23,15 @@ void add_layout_options(CLI::App& verb, LayoutOptions& o) {
   verb.add_option("--dtype", o.dtype, "int8|uint8|int32|int64|float16|bfloat16|float32|float64")
       ->capture_default_str();
   verb.add_option("--src-mesh", o.src_mesh, "Source mesh shape, e.g. 2x4");
-  verb.add_option("--src-spec", o.src_spec, "Source sharding spec, e.g. S0RR");
+  verb.add_option("--src-spec", o.src_spec,
+                  "Source sharding spec: S0RR, Shard(0),Replicate() or P(dp,None)");
   verb.add_option("--dst-mesh", o.dst_mesh, "Destination mesh shape (default: the source's)");
-  verb.add_option("--dst-spec", o.dst_spec, "Destination sharding spec, e.g. RRS0");
+  verb.add_option("--dst-spec", o.dst_spec,
+                  "Destination sharding spec: RRS0, Replicate(),Shard(1) or P(None,tp)");
+  verb.add_option("--src-axes", o.src_axes,
+                  "Names of the source mesh axes for a PartitionSpec, e.g. dp,tp");
+  verb.add_option("--dst-axes", o.dst_axes,
+                  "Names of the destination mesh axes (default: --src-axes)");
   verb.add_option("--devices-per-host", o.devices_per_host,
                   "Devices per host (default: the larger last mesh axis)");
   verb.add_option("--hosts", o.hosts, "Hosts in the cluster (default: as many as the meshes need)");
@@ -50,6 +56,29 @@ Mesh make_mesh(const std::vector<int64_t>& shape, const std::string& devices, in
                int devices_per_host) {
   if (devices.empty()) return Mesh::placed(shape, first_host, devices_per_host);
   return Mesh(shape, parse_device_list(devices));
+}
+
+// "dp,tp" -> {"dp", "tp"}; "" -> {} (axes numbered 0, 1, ...).
+std::vector<std::string> parse_axis_names(const std::string& text) {
+  std::vector<std::string> names;
+  if (text.empty()) return names;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    names.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
+Layout make_layout(Mesh mesh, const std::string& spec, const std::string& axes, int tensor_rank,
+                   const char* option) {
+  try {
+    const SpecContext context{tensor_rank, mesh.rank(), parse_axis_names(axes)};
+    return Layout{std::move(mesh), parse_sharding_spec(spec, context)};
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}", option, e.what()));
+  }
 }
 
 int hosts_used(const Mesh& mesh, int devices_per_host) {
@@ -103,8 +132,10 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
   p.cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
   p.cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
   p.cluster.latency = c.latency_us * 1e-6;
-  p.src = Layout{std::move(src), ShardingSpec::parse(o.src_spec)};
-  p.dst = Layout{std::move(dst), ShardingSpec::parse(o.dst_spec)};
+  const int rank = p.tensor.rank();
+  p.src = make_layout(std::move(src), o.src_spec, o.src_axes, rank, "--src-spec");
+  p.dst = make_layout(std::move(dst), o.dst_spec, o.dst_axes.empty() ? o.src_axes : o.dst_axes,
+                      rank, "--dst-spec");
   p.validate();
   return p;
 }

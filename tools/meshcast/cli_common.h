@@ -20,6 +20,8 @@ struct LayoutOptions {
   std::string src_spec;
   std::string dst_mesh;  // defaults to src_mesh
   std::string dst_spec;
+  std::string src_axes;      // mesh axis names for JAX PartitionSpecs, e.g. dp,tp
+  std::string dst_axes;      // defaults to src_axes
   int devices_per_host = 0;  // 0: the larger last axis of the two meshes
   int hosts = 0;             // 0: as many as the meshes need
   std::optional<int> dst_host_offset;

@@ -23,6 +23,10 @@ struct Layout {
   int64_t parts_of(int dim) const;
   // Which part of dimension `dim` the device at mesh coordinates `coords` holds.
   int64_t part_index(int dim, const std::vector<int64_t>& coords) const;
+  // Part `part` (0..parts_of(dim)-1, numbered as part_index does) of dimension `dim` of length
+  // `length`: chunk_part of the whole dim, or for a nested dim chunk_part of the enclosing part
+  // axis by axis. Parts are consecutive and in order either way; trailing ones may be empty.
+  Interval part_range(int dim, int64_t length, int64_t part) const;
   // Throws InvalidArgument unless the spec fits the tensor rank and the mesh rank.
   void validate(const TensorSpec& tensor) const;
 
