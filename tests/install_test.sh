@@ -11,4 +11,9 @@ cmake -S "$source/tests/consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PA
 cmake --build "$work/consumer" >/dev/null
 "$work/consumer/consumer"
 test -x "$work/prefix/bin/meshcast"
+# The Python package, where this build has it.
+if compgen -G "$build/python/meshcast/_core*.so" >/dev/null; then
+  (cd "$work" && PYTHONPATH="$(echo "$work"/prefix/lib*/python3/dist-packages)" /usr/bin/python3 -c \
+    'import meshcast, sys; assert meshcast.__file__.startswith(sys.argv[1]), meshcast.__file__' "$work/prefix")
+fi
 echo "1 passed, 0 failed"

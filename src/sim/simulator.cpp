@@ -439,4 +439,18 @@ SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& o
   return engine.run();
 }
 
+std::vector<const LinkStats*> busiest_links(const SimResult& sim, int top) {
+  std::vector<const LinkStats*> links;
+  for (const auto& l : sim.links)
+    if (l.bytes > 0) links.push_back(&l);
+  const auto load = [](const LinkStats* l) { return static_cast<double>(l->bytes) / l->bandwidth; };
+  const auto n = std::min<size_t>(links.size(), std::max(top, 0));
+  std::partial_sort(links.begin(), links.begin() + n, links.end(),
+                    [&](const LinkStats* a, const LinkStats* b) {
+                      return load(a) != load(b) ? load(a) > load(b) : a->name < b->name;
+                    });
+  links.resize(n);
+  return links;
+}
+
 }  // namespace meshcast

@@ -86,21 +86,6 @@ Report run_simulation(const SimulateOptions& o) {
   return r;
 }
 
-// Links by the time their bytes need at full bandwidth: the bottlenecks first.
-std::vector<const LinkStats*> busiest(const SimResult& sim, int top) {
-  std::vector<const LinkStats*> links;
-  for (const auto& l : sim.links)
-    if (l.bytes > 0) links.push_back(&l);
-  const auto load = [](const LinkStats* l) { return static_cast<double>(l->bytes) / l->bandwidth; };
-  const auto n = std::min<size_t>(links.size(), std::max(top, 0));
-  std::partial_sort(links.begin(), links.begin() + n, links.end(),
-                    [&](const LinkStats* a, const LinkStats* b) {
-                      return load(a) != load(b) ? load(a) > load(b) : a->name < b->name;
-                    });
-  links.resize(n);
-  return links;
-}
-
 double effective_gbps(const Report& r) {
   return bytes_to_gbps(static_cast<double>(r.plan.problem.tensor.bytes()) / r.sim.time_s);
 }
@@ -131,7 +116,7 @@ void print_text(const Report& r, int top) {
   fmt::print("effective bw     {:.2f} Gbps (tensor bits / time)\n", effective_gbps(r));
   fmt::print("wall clock       planning {:.3f} s, simulation {:.3f} s ({} flows, {} steps)\n",
              r.plan_s, r.sim_s, r.sim.flows, r.sim.events);
-  const auto links = busiest(r.sim, top);
+  const auto links = busiest_links(r.sim, top);
   if (!links.empty()) fmt::print("busiest links    busy (s)   utilization  bytes\n");
   for (const LinkStats* l : links)
     fmt::print("  {:<16} {:>9.6f}   {:>9.1f}%   {}\n", l->name, l->busy_s,

@@ -54,4 +54,8 @@ struct SimResult {
 SimResult simulate(const Plan& plan);
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options = {});
 
+// The `top` links that carried bytes, ordered by the time their bytes need at full bandwidth
+// (the bottlenecks first; ties by name). Pointers into `sim.links`.
+std::vector<const LinkStats*> busiest_links(const SimResult& sim, int top);
+
 }  // namespace meshcast

@@ -1,0 +1,412 @@
+// meshcast._core: the Python binding. It only converts Python values to the library's types and
+// back; planning, simulation, tiles and execution are the library's.
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshcast/error.h"
+#include "meshcast/layout/layout.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/plan/validate.h"
+#include "meshcast/runtime/buffers.h"
+#include "meshcast/runtime/executor.h"
+#include "meshcast/runtime/local/local_executor.h"
+#include "meshcast/sim/simulator.h"
+#ifdef MESHCAST_PYTHON_WITH_MPI
+#include "meshcast/runtime/mpi/mpi_executor.h"
+#endif
+
+namespace py = pybind11;
+
+namespace meshcast::python {
+namespace {
+
+// A Python mc.Layout: its mesh's shape, devices and axis names and its spec's text.
+Layout to_layout(const py::handle& layout, int tensor_rank) {
+  const py::object mesh = layout.attr("mesh");
+  Mesh m(mesh.attr("shape").cast<std::vector<int64_t>>(),
+         mesh.attr("devices").cast<std::vector<DeviceId>>());
+  const SpecContext context{tensor_rank, m.rank(),
+                            mesh.attr("axis_names").cast<std::vector<std::string>>()};
+  return Layout{std::move(m),
+                parse_sharding_spec(layout.attr("spec_text").cast<std::string>(), context)};
+}
+
+Cluster to_cluster(const py::handle& cluster) {
+  Cluster c;
+  c.hosts = cluster.attr("hosts").cast<int>();
+  c.devices_per_host = cluster.attr("devices_per_host").cast<int>();
+  c.nic_bandwidth = gbps_to_bytes(cluster.attr("nic_gbps").cast<double>());
+  c.device_bandwidth = gbps_to_bytes(cluster.attr("dev_gbps").cast<double>());
+  c.latency = cluster.attr("latency_us").cast<double>() * 1e-6;
+  c.nics_per_host = cluster.attr("nics_per_host").cast<int>();
+  c.validate();
+  return c;
+}
+
+py::tuple box_to_tuple(const Box& box) {
+  py::tuple t(box.rank());
+  for (int d = 0; d < box.rank(); ++d) t[d] = py::make_tuple(box.dims[d].lo, box.dims[d].hi);
+  return t;
+}
+
+// {device: ((lo, hi), ...)} of every device of the layout, in mesh order.
+py::dict tiles(const std::vector<int64_t>& shape, const py::handle& layout) {
+  const TensorSpec tensor{shape, DType::float32};
+  tensor.validate();
+  const Layout l = to_layout(layout, tensor.rank());
+  l.validate(tensor);
+  py::dict out;
+  const auto boxes = device_tiles(tensor, l);
+  for (int64_t i = 0; i < l.mesh.size(); ++i)
+    out[py::int_(l.mesh.device_at(i))] = box_to_tuple(boxes[i]);
+  return out;
+}
+
+// The global shape whose tiles have these shapes: per dim, the sum of its distinct parts' sizes.
+std::vector<int64_t> global_shape(const std::map<DeviceId, std::vector<int64_t>>& tile_shapes,
+                                  const py::handle& layout) {
+  const int rank = static_cast<int>(tile_shapes.begin()->second.size());
+  const Layout l = to_layout(layout, rank);
+  std::vector<std::map<int64_t, int64_t>> parts(rank);  // per dim: part index -> size
+  for (int64_t i = 0; i < l.mesh.size(); ++i) {
+    const auto it = tile_shapes.find(l.mesh.device_at(i));
+    if (it == tile_shapes.end()) continue;
+    if (static_cast<int>(it->second.size()) != rank)
+      throw InvalidArgument(fmt::format("shards: device {} has {} dims, device {} has {}",
+                                        it->first, it->second.size(), tile_shapes.begin()->first,
+                                        rank));
+    const auto coords = l.mesh.coords_of(i);
+    for (int d = 0; d < rank; ++d) parts[d][l.part_index(d, coords)] = it->second[d];
+  }
+  // Parts no shard holds count as empty (mc.shard leaves out empty tiles); a shard missing for
+  // another reason makes the tile shapes disagree with this shape, which unshard reports.
+  std::vector<int64_t> shape(rank, 0);
+  for (int d = 0; d < rank; ++d)
+    for (const auto& [part, size] : parts[d]) shape[d] += size;
+  return shape;
+}
+
+std::string alpa_spec(const py::handle& layout, int tensor_rank) {
+  return to_layout(layout, tensor_rank).spec.to_string();
+}
+
+Plan plan(const std::vector<int64_t>& shape, const std::string& dtype, const py::handle& src,
+          const py::handle& dst, const py::handle& cluster, const std::string& strategy,
+          const std::optional<std::string>& balance, bool split, int64_t chunk_bytes,
+          double search_effort) {
+  Resharding p;
+  p.tensor = {shape, parse_dtype(dtype)};
+  p.tensor.validate();
+  p.cluster = to_cluster(cluster);
+  for (auto [layout, side, name] : {std::tuple{&src, &p.src, "src"}, {&dst, &p.dst, "dst"}}) {
+    try {
+      *side = to_layout(*layout, p.tensor.rank());
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", name, e.what()));
+    }
+  }
+  PlanOptions options{.strategy = parse_strategy(strategy),
+                      .split = split,
+                      .chunk_bytes = chunk_bytes,
+                      .search_effort = search_effort};
+  if (balance) options.balance = parse_balance(*balance);
+  if (chunk_bytes < 0)
+    throw InvalidArgument(fmt::format("bad chunk_bytes {}: expected >= 0", chunk_bytes));
+  if (search_effort < 0)
+    throw InvalidArgument(fmt::format("bad search_effort {}: expected >= 0", search_effort));
+  return make_plan(p, options);
+}
+
+py::dict op_to_dict(const Op& op) {
+  py::dict d;
+  d["id"] = op.id;
+  d["kind"] = std::string(to_string(op.kind));
+  d["task"] = op.task;
+  d["slice"] = box_to_tuple(op.slice);
+  d["bytes"] = op.bytes;
+  d["sender"] = op.sender ? py::object(py::int_(*op.sender)) : py::object(py::none());
+  d["receivers"] = op.receivers;
+  d["chunk_bytes"] = op.chunk_bytes;
+  return d;
+}
+
+struct Simulation {
+  double time_s = 0;
+  double lower_bound_s = 0;
+  std::vector<LinkStats> busiest_links;
+};
+
+Simulation simulate_plan(const Plan& plan, int top) {
+  const SimResult sim = simulate(plan);
+  Simulation s{sim.time_s, plan.lower_bound_s, {}};
+  for (const LinkStats* l : busiest_links(sim, top)) s.busiest_links.push_back(*l);
+  return s;
+}
+
+// One array handed to a Resharder: a numpy array (buffer protocol) or a CPU torch tensor (its
+// data pointer), viewed without a copy.
+struct ArrayView {
+  std::byte* data = nullptr;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  bool contiguous = false;
+  bool writable = false;
+};
+
+bool is_torch_tensor(const py::handle& value) {
+  const py::object type = py::type::of(value);
+  return py::str(type.attr("__module__")).cast<std::string>().rfind("torch", 0) == 0 &&
+         py::hasattr(value, "data_ptr");
+}
+
+ArrayView view_of(const py::handle& value, const std::string& what) {
+  ArrayView v;
+  if (is_torch_tensor(value)) {
+    const std::string device = py::str(value.attr("device")).cast<std::string>();
+    if (device != "cpu")
+      throw py::value_error(
+          fmt::format("{}: a torch tensor on '{}', expected one in CPU memory", what, device));
+    v.data = reinterpret_cast<std::byte*>(value.attr("data_ptr")().cast<uintptr_t>());
+    v.shape = value.attr("shape").cast<std::vector<int64_t>>();
+    v.dtype = py::str(value.attr("dtype")).cast<std::string>().substr(6);  // "torch.float32"
+    v.contiguous = value.attr("is_contiguous")().cast<bool>();
+    v.writable = true;
+    return v;
+  }
+  if (!PyObject_CheckBuffer(value.ptr()))
+    throw py::type_error(fmt::format("{}: got {}, expected a numpy array or a CPU torch tensor",
+                                     what, py::str(py::type::of(value)).cast<std::string>()));
+  const py::buffer_info info = py::reinterpret_borrow<py::buffer>(value).request();
+  v.data = static_cast<std::byte*>(info.ptr);
+  v.shape.assign(info.shape.begin(), info.shape.end());
+  v.dtype = py::str(py::module_::import("numpy").attr("dtype")(info.format).attr("name"))
+                .cast<std::string>();
+  int64_t stride = info.itemsize;
+  v.contiguous = true;
+  for (int d = static_cast<int>(info.ndim) - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != stride) v.contiguous = false;
+    stride *= info.shape[d];
+  }
+  v.writable = !info.readonly;
+  return v;
+}
+
+// Checks `value` against the tile `box` of the plan's tensor and returns its bytes.
+std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const TensorSpec& tensor,
+                                const std::string& what, bool written) {
+  const ArrayView v = view_of(value, what);
+  const auto want_shape = box.extents();
+  if (v.shape != want_shape)
+    throw py::value_error(fmt::format("{}: shape ({}), expected ({}) (the tile {})", what,
+                                      fmt::join(v.shape, ", "), fmt::join(want_shape, ", "),
+                                      to_string(box)));
+  if (v.dtype != to_string(tensor.dtype))
+    throw py::value_error(
+        fmt::format("{}: dtype {}, expected {}", what, v.dtype, to_string(tensor.dtype)));
+  if (!v.contiguous)
+    throw py::value_error(
+        fmt::format("{}: not contiguous, expected a C-contiguous array (np.ascontiguousarray or "
+                    ".contiguous() makes one)",
+                    what));
+  if (written && !v.writable)
+    throw py::value_error(fmt::format("{}: read-only, expected a writable array", what));
+  return {v.data, static_cast<size_t>(box.volume() * dtype_size(tensor.dtype))};
+}
+
+std::unique_ptr<Executor> make_executor(const std::string& backend, int threads) {
+  if (backend == "local") return make_local_executor({.threads = threads});
+#ifdef MESHCAST_PYTHON_WITH_MPI
+  if (backend == "mpi") return make_mpi_executor();
+#else
+  if (backend == "mpi")
+    throw InvalidArgument(
+        "backend 'mpi': this meshcast was built without MPI (Open MPI was not found when it was "
+        "configured); use backend='local'");
+#endif
+  throw InvalidArgument(fmt::format("bad backend '{}': expected 'local' or 'mpi'", backend));
+}
+
+// A plan compiled once for one executor, run on dicts of arrays.
+class Resharder {
+ public:
+  Resharder(Plan plan, const std::string& backend, int threads)
+      : plan_(std::move(plan)), executor_(make_executor(backend, threads)) {
+    compiled_ = executor_->compile(plan_);
+  }
+
+  std::vector<DeviceId> devices_here() const { return compiled_->devices_here(); }
+
+  // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts.
+  py::dict start(const py::dict& src, const py::object& out, const py::function& allocate) {
+    if (running_)
+      throw py::value_error("start(): the previous run was not waited for (call wait())");
+    const Resharding& p = plan_.problem;
+    py::dict outputs = out.is_none() ? py::dict() : py::dict(out);
+    if (!out.is_none() && !py::isinstance<py::dict>(out))
+      throw py::type_error("out: expected a dict {device: array} or None");
+    for (const auto& [name, given, layout] :
+         {std::tuple{"src", &src, &p.src}, {"out", &outputs, &p.dst}})
+      for (const auto& [key, value] : *given) {
+        if (!py::isinstance<py::int_>(key))
+          throw py::type_error(fmt::format("{}: key {} is not a device id (int)", name,
+                                           py::repr(key).cast<std::string>()));
+        const auto device = key.cast<DeviceId>();
+        const auto& ds = layout->mesh.devices();
+        if (std::find(ds.begin(), ds.end(), device) == ds.end())
+          throw py::value_error(fmt::format(
+              "{}: device {} is not in the {} mesh (devices {})", name, device,
+              name == std::string("src") ? "source" : "destination", fmt::join(ds, ",")));
+      }
+    std::vector<DeviceBuffers> buffers;
+    std::vector<py::object> keep;
+    for (DeviceId device : compiled_->devices_here()) {
+      const DeviceTiles t = tiles_of(p, device);
+      DeviceBuffers b{.device = device};
+      const py::int_ key(device);
+      if (!t.src.empty()) {
+        if (!src.contains(key))
+          throw py::value_error(fmt::format("src: no shard for device {}, expected its tile {}",
+                                            device, to_string(t.src)));
+        const py::object value = src[key];
+        b.src = tile_bytes(value, t.src, p.tensor, fmt::format("src[{}]", device), false);
+        keep.push_back(value);
+      }
+      if (!t.dst.empty()) {
+        if (!outputs.contains(key)) {
+          if (!out.is_none())
+            throw py::value_error(fmt::format("out: no array for device {}, expected its tile {}",
+                                              device, to_string(t.dst)));
+          outputs[key] = allocate(t.dst.extents(), std::string(to_string(p.tensor.dtype)));
+        }
+        const py::object value = outputs[key];
+        b.dst = tile_bytes(value, t.dst, p.tensor, fmt::format("out[{}]", device), true);
+        keep.push_back(value);
+      }
+      buffers.push_back(b);
+    }
+    buffers_ = std::move(buffers);
+    {
+      py::gil_scoped_release release;
+      compiled_->start(buffers_);
+    }
+    keep_ = std::move(keep);
+    running_ = true;
+    return outputs;
+  }
+
+  double wait() {
+    if (!running_) throw py::value_error("wait(): nothing was started");
+    RunTiming timing;
+    {
+      py::gil_scoped_release release;
+      timing = compiled_->wait();
+    }
+    running_ = false;
+    keep_.clear();
+    return timing.seconds;
+  }
+
+ private:
+  Plan plan_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<CompiledPlan> compiled_;
+  std::vector<DeviceBuffers> buffers_;
+  std::vector<py::object> keep_;  // the arrays of the run in flight stay alive until wait()
+  bool running_ = false;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "meshcast's C++ library; use the meshcast package";
+  // Translators are tried newest first: the base class goes first.
+  py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+  py::register_exception<InvalidArgument>(m, "InvalidArgument", PyExc_ValueError);
+  py::register_exception<ParseError>(m, "ParseError", PyExc_ValueError);
+
+  m.def("tiles", &tiles, py::arg("shape"), py::arg("layout"));
+  m.def("global_shape", &global_shape, py::arg("tile_shapes"), py::arg("layout"));
+  m.def("alpa_spec", &alpa_spec, py::arg("layout"), py::arg("tensor_rank"));
+  m.def("plan", &plan, py::arg("shape"), py::arg("dtype"), py::arg("src"), py::arg("dst"),
+        py::arg("cluster"), py::arg("strategy"), py::arg("balance"), py::arg("split"),
+        py::arg("chunk_bytes"), py::arg("search_effort"));
+
+  py::class_<LinkStats>(m, "Link")
+      .def_readonly("name", &LinkStats::name)
+      .def_readonly("bytes", &LinkStats::bytes)
+      .def_readonly("busy_s", &LinkStats::busy_s)
+      .def_readonly("bandwidth", &LinkStats::bandwidth)
+      .def("__repr__", [](const LinkStats& l) {
+        return fmt::format("Link('{}', bytes={}, busy_s={:g})", l.name, l.bytes, l.busy_s);
+      });
+  py::class_<Simulation>(m, "Simulation")
+      .def_readonly("time_s", &Simulation::time_s)
+      .def_readonly("lower_bound_s", &Simulation::lower_bound_s)
+      .def_readonly("busiest_links", &Simulation::busiest_links)
+      .def("__repr__", [](const Simulation& s) {
+        return fmt::format("Simulation(time_s={:g}, lower_bound_s={:g})", s.time_s,
+                           s.lower_bound_s);
+      });
+
+  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("ops",
+                             [](const Plan& p) {
+                               py::list ops;
+                               for (const Op& op : p.ops) ops.append(op_to_dict(op));
+                               return ops;
+                             })
+      .def_readonly("lower_bound_s", &Plan::lower_bound_s)
+      .def_readonly("network_bytes", &Plan::network_bytes)
+      .def_property_readonly("strategy",
+                             [](const Plan& p) { return std::string(to_string(p.strategy)); })
+      .def_property_readonly("balance",
+                             [](const Plan& p) { return std::string(to_string(p.balance)); })
+      .def_property_readonly("shape", [](const Plan& p) { return p.problem.tensor.shape; })
+      .def_property_readonly(
+          "dtype", [](const Plan& p) { return std::string(to_string(p.problem.tensor.dtype)); })
+      .def_property_readonly("src_spec",
+                             [](const Plan& p) { return p.problem.src.spec.to_string(); })
+      .def_property_readonly("dst_spec",
+                             [](const Plan& p) { return p.problem.dst.spec.to_string(); })
+      .def("to_json", [](const Plan& p) { return plan_to_json(p).dump(); })
+      .def_static(
+          "from_json",
+          [](const std::string& text) {
+            nlohmann::json j;
+            try {
+              j = nlohmann::json::parse(text);
+            } catch (const nlohmann::json::exception& e) {
+              throw ParseError(fmt::format("plan document is not JSON: {}", e.what()));
+            }
+            Plan plan = plan_from_json(j);
+            validate_plan(plan);
+            return plan;
+          },
+          py::arg("text"))
+      .def("simulate", &simulate_plan, py::arg("top") = 5)
+      .def("__eq__", [](const Plan& a, const Plan& b) { return a == b; })
+      .def("__repr__", [](const Plan& p) {
+        return fmt::format("Plan({} ops, {} {} -> {}, lower_bound_s={:g})", p.ops.size(),
+                           shape_to_string(p.problem.tensor.shape, 'x'),
+                           p.problem.src.spec.to_string(), p.problem.dst.spec.to_string(),
+                           p.lower_bound_s);
+      });
+
+  py::class_<Resharder>(m, "Resharder")
+      .def(py::init<Plan, const std::string&, int>(), py::arg("plan"), py::arg("backend"),
+           py::arg("threads"))
+      .def_property_readonly("devices", &Resharder::devices_here)
+      .def("start", &Resharder::start, py::arg("src"), py::arg("out"), py::arg("allocate"))
+      .def("wait", &Resharder::wait);
+}
+
+}  // namespace meshcast::python

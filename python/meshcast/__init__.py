@@ -1,0 +1,223 @@
+"""meshcast: move sharded tensors between device meshes, from numpy arrays or CPU torch tensors.
+
+The classes here only hold Python values; planning, simulation, tiles and execution are the C++
+library's (meshcast._core). docs/python.md has the guide.
+"""
+
+import math as _math
+
+from meshcast import _core
+from meshcast._core import Simulation, Link  # noqa: F401
+
+__all__ = ["Cluster", "Mesh", "Layout", "P", "Shard", "Replicate", "Plan", "plan", "Resharder",
+           "shard", "unshard", "Simulation", "Link"]
+
+
+class Cluster:
+    """hosts x devices_per_host; bandwidths in Gbps per direction, latency in microseconds."""
+
+    def __init__(self, hosts, devices_per_host, nic_gbps=10.0, dev_gbps=100.0, latency_us=5.0,
+                 nics_per_host=1):
+        self.hosts = hosts
+        self.devices_per_host = devices_per_host
+        self.nic_gbps = nic_gbps
+        self.dev_gbps = dev_gbps
+        self.latency_us = latency_us
+        self.nics_per_host = nics_per_host
+
+    def __repr__(self):
+        return (f"Cluster(hosts={self.hosts}, devices_per_host={self.devices_per_host}, "
+                f"nic_gbps={self.nic_gbps}, dev_gbps={self.dev_gbps})")
+
+
+class Mesh:
+    """An N-D row-major array of device ids; axis_names are what PartitionSpecs refer to."""
+
+    def __init__(self, shape, devices=None, axis_names=None):
+        self.shape = [int(s) for s in shape]
+        self.devices = list(range(_math.prod(self.shape))) if devices is None else list(devices)
+        self.axis_names = [] if axis_names is None else [str(n) for n in axis_names]
+
+    def __repr__(self):
+        return f"Mesh({self.shape}, devices={self.devices}, axis_names={self.axis_names})"
+
+
+class Shard:
+    """DTensor placement: this mesh axis splits tensor dim `dim`."""
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    def __repr__(self):
+        return f"Shard({self.dim})"
+
+
+class Replicate:
+    """DTensor placement: the tensor is replicated over this mesh axis."""
+
+    def __repr__(self):
+        return "Replicate()"
+
+
+def _entry_text(entry):
+    if entry is None:
+        return "None"
+    if isinstance(entry, (tuple, list)):
+        return "(" + ", ".join(_entry_text(e) for e in entry) + ("," if len(entry) == 1 else "") + ")"
+    return repr(str(entry))
+
+
+class P(tuple):
+    """JAX PartitionSpec: one entry per tensor dim, None, a mesh axis name or a tuple of names."""
+
+    def __new__(cls, *entries):
+        return super().__new__(cls, entries)
+
+    def __repr__(self):
+        return "P(" + ", ".join(_entry_text(e) for e in self) + ")"
+
+
+def _spec_text(spec):
+    """The text the library parses, for any of the three vocabularies."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, tuple):  # P or a plain tuple: a PartitionSpec
+        return repr(P(*spec))
+    if isinstance(spec, list) and all(isinstance(p, (Shard, Replicate)) for p in spec):
+        return ",".join(repr(p) for p in spec)
+    raise TypeError(f"spec {spec!r}: expected an Alpa string ('S0R'), a list of Shard/Replicate "
+                    f"placements, or a PartitionSpec (mc.P(...) or a tuple)")
+
+
+class Layout:
+    """A tensor sharded over a mesh, with a spec in any vocabulary (docs/concepts.md)."""
+
+    def __init__(self, mesh, spec, ndim=0):
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"mesh {mesh!r}: expected an mc.Mesh")
+        self.mesh = mesh
+        self.spec_text = _spec_text(spec)
+        self.ndim = ndim
+        _core.alpa_spec(self, ndim)  # a bad spec is refused here, not at first use
+
+    @property
+    def spec(self):
+        """The Alpa form, e.g. 'S0R' (nested dims as 'S0/1')."""
+        return _core.alpa_spec(self, self.ndim)
+
+    def __repr__(self):
+        return f"Layout({self.mesh!r}, {self.spec!r})"
+
+
+Plan = _core.Plan
+
+
+def plan(shape, dtype, src, dst, cluster, strategy="broadcast", balance=None, split=False,
+         chunk_bytes=0, search_effort=1.0):
+    """Plans resharding a tensor of `shape` and `dtype` from layout `src` to `dst`; the keywords
+    are the CLI's --strategy, --balance, --split, --chunk-bytes and --search-effort."""
+    for name, value, kind in (("src", src, Layout), ("dst", dst, Layout), ("cluster", cluster, Cluster)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} {value!r}: expected an mc.{kind.__name__}")
+    return _core.plan(list(shape), str(dtype), src, dst, cluster, strategy, balance, split,
+                      chunk_bytes, search_effort)
+
+
+def _is_torch(value):
+    return type(value).__module__.startswith("torch")
+
+
+def _allocator(like):
+    if like is not None and _is_torch(like):
+        import torch
+        return lambda shape, dtype: torch.empty(shape, dtype=getattr(torch, dtype))
+    import numpy
+    return lambda shape, dtype: numpy.empty(shape, dtype=dtype)
+
+
+class Resharder:
+    """A plan compiled once for a backend: 'local' (threads in this process) or 'mpi' (one rank
+    per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD)."""
+
+    def __init__(self, plan, backend="local", comm=None, threads=0):
+        if not isinstance(plan, Plan):
+            raise TypeError(f"plan {plan!r}: expected an mc.Plan")
+        if backend == "mpi" and comm is not None:
+            from mpi4py import MPI
+            if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
+                raise ValueError("comm: expected MPI.COMM_WORLD (rank r plays device r)")
+        self._core = _core.Resharder(plan, backend, threads)
+        self.plan = plan
+
+    @property
+    def devices(self):
+        """Devices whose shards this process passes."""
+        return self._core.devices
+
+    def start(self, src, out=None):
+        """Starts moving `src` {device: array} into `out` (allocated when None) and returns;
+        wait() returns the outputs. The GIL is released while the bytes move."""
+        if not isinstance(src, dict):
+            raise TypeError(f"src: got {type(src).__name__}, expected a dict {{device: array}}")
+        like = next(iter(src.values()), None)
+        self._out = self._core.start(src, out, _allocator(like))
+
+    def wait(self):
+        """Waits for the run started last; returns {device: array} of the destination tiles."""
+        self.seconds = self._core.wait()
+        out, self._out = self._out, None
+        return out
+
+    def run(self, src, out=None):
+        self.start(src, out)
+        return self.wait()
+
+
+def _slices(box):
+    return tuple(slice(lo, hi) for lo, hi in box)
+
+
+def _empty(box):
+    return any(hi <= lo for lo, hi in box)
+
+
+def shard(array, layout):
+    """{device: tile} of a global numpy array or torch tensor; tiles are contiguous (views of
+    `array` where they can be)."""
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout {layout!r}: expected an mc.Layout")
+    tiles = _core.tiles(list(array.shape), layout)
+    if _is_torch(array):
+        return {d: array[_slices(b)].contiguous() for d, b in tiles.items() if not _empty(b)}
+    import numpy
+    return {d: numpy.ascontiguousarray(array[_slices(b)]) for d, b in tiles.items() if not _empty(b)}
+
+
+def unshard(shards, layout, shape=None):
+    """The global array from {device: tile}; `shape` is needed only when the tiles do not say it
+    (it defaults to the union of the tiles)."""
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout {layout!r}: expected an mc.Layout")
+    if not shards:
+        raise ValueError("shards: empty, expected {device: array}")
+    first = next(iter(shards.values()))
+    if shape is None:
+        shape = _core.global_shape({d: list(a.shape) for d, a in shards.items()}, layout)
+    tiles = _core.tiles(list(shape), layout)
+    if _is_torch(first):
+        import torch
+        whole = torch.empty(tuple(shape), dtype=first.dtype)
+    else:
+        import numpy
+        whole = numpy.empty(tuple(shape), dtype=first.dtype)
+    for device, box in tiles.items():
+        if _empty(box):
+            continue
+        if device not in shards:
+            raise ValueError(f"shards: no tile for device {device}, expected the tile {box}")
+        tile = shards[device]
+        want = tuple(hi - lo for lo, hi in box)
+        if tuple(tile.shape) != want:
+            raise ValueError(f"shards[{device}]: shape {tuple(tile.shape)}, expected {want}")
+        whole[_slices(box)] = tile
+    return whole

@@ -1,0 +1,24 @@
+"""The mpi backend under mpirun with 4 and 8 ranks (tests/python/mpi_ranks.py)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+
+
+def mpirun(ranks, *args):
+    command = ["mpirun", "--oversubscribe"]
+    if os.getuid() == 0:
+        command.append("--allow-run-as-root")
+    return subprocess.run(command + ["-np", str(ranks), sys.executable, *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("ranks", [4, 8])
+def test_random_layouts_under_mpirun(ranks):
+    done = mpirun(ranks, str(HERE / "mpi_ranks.py"), str(ranks))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{ranks} ranks:" in done.stdout and "destination elements right" in done.stdout
