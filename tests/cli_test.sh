@@ -103,6 +103,19 @@ check pipeline-no-chain 2 "edges lack 0->1" -- "$MESHCAST" pipeline --config "$T
 "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" -m 4 --svg "$TMP/u.svg" --trace "$TMP/u.json" >/dev/null
 check pipeline-svg 0 "^<svg" -- head -c 4 "$TMP/u.svg"
 check pipeline-trace 0 '"traceEvents"' -- cat "$TMP/u.json"
+# meshcast pipeline --run: real compute verified against the whole model, with and without overlap
+check pipeline-run-verify 0 '"verified":true' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --format json
+check pipeline-run-verify-no-overlap 0 'eager-1f1b +broadcast +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --no-overlap
+"$MESHCAST" pipeline --config "$CONFIGS/u-transformer-testbed.json" --run -m 2 --method eager-1f1b --svg "$TMP/run.svg" --trace "$TMP/run.json" >/dev/null 2>&1
+check pipeline-run-svg 0 "measured" -- cat "$TMP/run.svg"
+check pipeline-run-svg-simulated 0 "simulated" -- cat "$TMP/run-simulated.svg"
+check pipeline-run-trace 0 '"traceEvents"' -- cat "$TMP/run.json"
+printf 'stage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\nstage 2: F0 F1 B0 B1\nstage 3: F0 F1 B0 B1\n' >"$TMP/deadlock.txt"
+check pipeline-run-deadlock 2 "deadlock: .*stage 1 at step 1 \(B0\) waits for the gradient" -- timeout 60 "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run -m 2 --schedule "$TMP/deadlock.txt"
+echo '{"hosts": 1, "devices_per_host": 4}' >"$TMP/small-cluster.json"
+check pipeline-run-no-fit 2 "stage 2 does not fit the cluster of" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --cluster "$TMP/small-cluster.json"
+check pipeline-run-verify-timed 2 "needs --compute real" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --verify
+check pipeline-run-real-shapes 2 "one shape and dtype" -- "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" --run --compute real --scale 0.02 -m 2
 # meshcast run / bench on the local backend (the mpi backend: runtime_mpi_cli_test.sh)
 RUN=(--shape 8,12 --dtype int64 --src-mesh 2x2 --src-spec S0S1 --dst-mesh 2x2 --dst-spec RS01)
 check run-local-verify 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --verify --iters 2

@@ -123,16 +123,6 @@ ModelEdge edge_from_json(const json& j, int index) {
   return e;
 }
 
-Resharding resharding_of(const PipelineModel& model, const ModelEdge& edge, const EdgeTensor& t,
-                         bool gradient) {
-  Layout from{model.stages[edge.edge.from].mesh, t.src_spec};
-  Layout to{model.stages[edge.edge.to].mesh, t.dst_spec};
-  if (gradient) std::swap(from, to);
-  Resharding r{t.tensor, std::move(from), std::move(to), model.cluster};
-  r.validate();
-  return r;
-}
-
 }  // namespace
 
 PipelineModel model_from_json(const json& j) {
@@ -176,8 +166,18 @@ PipelineModel model_from_json(const json& j) {
                       e.from, e.to));
   for (const auto& e : m.edges)
     for (const auto& t : e.tensors)
-      for (bool gradient : {false, true}) resharding_of(m, e, t, gradient);
+      for (bool gradient : {false, true}) edge_resharding(m, e, t, gradient);
   return m;
+}
+
+Resharding edge_resharding(const PipelineModel& model, const ModelEdge& edge, const EdgeTensor& t,
+                           bool gradient) {
+  Layout from{model.stages[edge.edge.from].mesh, t.src_spec};
+  Layout to{model.stages[edge.edge.to].mesh, t.dst_spec};
+  if (gradient) std::swap(from, to);
+  Resharding r{t.tensor, std::move(from), std::move(to), model.cluster};
+  r.validate();
+  return r;
 }
 
 std::string to_string(const TransferMethod& method) {
@@ -190,7 +190,7 @@ double edge_time(const PipelineModel& model, const ModelEdge& edge, const Transf
   if (edge.time_s) return *edge.time_s;
   double total = 0;
   for (const auto& t : edge.tensors) {
-    const Plan plan = make_plan(resharding_of(model, edge, t, gradient),
+    const Plan plan = make_plan(edge_resharding(model, edge, t, gradient),
                                 PlanOptions{.strategy = *method.strategy});
     total += simulate(plan).time_s;
   }

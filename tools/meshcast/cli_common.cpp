@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
@@ -191,6 +192,26 @@ Cluster load_cluster_file(const std::string& path, const Cluster& defaults) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("cluster file '{}': {}", path, e.what()));
   }
+}
+
+pipeline::Schedule load_schedule_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(fmt::format("cannot read '{}': expected a schedule file", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw ParseError(fmt::format("cannot parse '{}': {}", path, e.what()));
+    }
+    // A document of this verb nests the schedule under "schedule".
+    return pipeline::schedule_from_json(j.contains("schedule") ? j["schedule"] : j);
+  }
+  return pipeline::schedule_from_text(text);
 }
 
 Plan plan_from_options(const PlanSourceOptions& o) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/plan.h"
 #include "meshcast/tasks/unit_task.h"
 
@@ -78,5 +79,9 @@ std::string human_bytes(double bytes);
 // Writes `text` to `path` whole or not at all (a temporary file renamed into place). Throws
 // InvalidArgument naming the path when it cannot be written.
 void write_text_file(const std::string& path, std::string_view text);
+
+// A schedule from a file: its text form, or JSON (a schedule document, or one that nests it under
+// "schedule"). Throws InvalidArgument when unreadable, ParseError when malformed.
+pipeline::Schedule load_schedule_file(const std::string& path);
 
 }  // namespace meshcast::cli

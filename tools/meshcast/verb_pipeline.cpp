@@ -13,6 +13,8 @@
 #include "meshcast/error.h"
 #include "meshcast/pipeline/model.h"
 #include "meshcast/pipeline/render.h"
+#include "meshcast/pipeline/runtime.h"
+#include "meshcast/runtime/local/local_executor.h"
 #include "meshcast/version.h"
 #include "verbs.h"
 
@@ -28,6 +30,17 @@ struct PipelineVerbOptions {
   std::string method = "broadcast+overlap+eager-1f1b";
   std::string svg;
   std::string trace;
+  // --run: play the methods on real buffers.
+  bool run = false;
+  std::string backend = "local";
+  std::string compute = "timed";
+  double scale = 1;
+  bool verify = false;
+  bool no_overlap = false;
+  std::string cluster;
+  std::string schedule_file;
+  double transfer_delay_s = 0;
+  bool emulate_network = false;
 };
 
 // One row of the comparison: a schedule, how transfers are made, and whether they overlap.
@@ -150,11 +163,203 @@ PipelineModel load_model(const PipelineVerbOptions& o) {
   if (o.microbatches < 0)
     throw InvalidArgument(fmt::format("bad --microbatches {}: expected >= 1", o.microbatches));
   if (o.microbatches > 0) m.microbatches = o.microbatches;
+  if (!o.cluster.empty()) {
+    m.cluster = load_cluster_file(o.cluster, m.cluster);
+    for (size_t i = 0; i < m.stages.size(); ++i) {
+      try {
+        m.stages[i].mesh.check_fits(m.cluster);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("stage {} does not fit the cluster of '{}': {}", i,
+                                          o.cluster, e.what()));
+      }
+    }
+  }
+  if (o.scale != 1) m = scale_tensors(std::move(m), o.scale);
   return m;
+}
+
+// One method played on real buffers next to its simulation.
+struct Played {
+  Row simulated;
+  RuntimeResult measured;
+};
+
+std::optional<bool> verified(const PipelineVerbOptions& o, const RuntimeResult& r) {
+  if (!o.verify) return std::nullopt;
+  return r.gradient_error && *r.gradient_error <= 1e-5;
+}
+
+std::string played_table(const PipelineVerbOptions& o, const std::vector<Played>& rows) {
+  const Played* alpa = nullptr;
+  for (const auto& p : rows)
+    if (p.simulated.variant.name == "allgather (alpa)") alpa = &p;
+  std::string out = fmt::format("{:<30} {:<11} {:<10} {:<7} {:>11} {:>11} {:>6} {:>9} {:>9} {:>8}\n",
+                                "method", "schedule", "transfer", "overlap", "measured_s",
+                                "simulated_s", "ratio", "gain_meas", "gain_sim", "verified");
+  for (const auto& p : rows) {
+    const double measured = p.measured.measured.makespan_s;
+    const double simulated = p.simulated.result.makespan_s;
+    const auto gain = [&](double alpa_s, double own_s) {
+      return alpa ? fmt::format("{:+.1f}%", 100 * (alpa_s / own_s - 1)) : std::string("-");
+    };
+    const auto v = verified(o, p.measured);
+    out += fmt::format("{:<30} {:<11} {:<10} {:<7} {:>11.4f} {:>11.4f} {:>6.3f} {:>9} {:>9} {:>8}\n",
+                       p.simulated.variant.name, to_string(p.simulated.schedule.kind),
+                       to_string(p.simulated.variant.transfer),
+                       p.simulated.variant.overlap ? "yes" : "no", measured, simulated,
+                       simulated > 0 ? measured / simulated : 0.0,
+                       alpa ? gain(alpa->measured.measured.makespan_s, measured) : "-",
+                       alpa ? gain(alpa->simulated.result.makespan_s, simulated) : "-",
+                       v ? (*v ? "yes" : "NO") : "-");
+  }
+  out += "\nper stage (measured busy / transfer wait / idle seconds, peak in-flight activations "
+         "measured (schedule's)):\n";
+  for (const auto& p : rows) {
+    out += fmt::format("  {}:\n", p.simulated.variant.name);
+    const auto& stages = p.measured.measured.stages;
+    for (size_t i = 0; i < stages.size(); ++i)
+      out += fmt::format("    stage {}: busy {:.4f}  wait {:.4f}  idle {:.4f}  in-flight {} ({})\n",
+                         i, stages[i].busy_s, stages[i].comm_wait_s, stages[i].idle_s,
+                         stages[i].peak_in_flight, p.measured.predicted_peak_in_flight[i]);
+  }
+  return out;
+}
+
+nlohmann::json played_json(const PipelineVerbOptions& o, const std::vector<Played>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : rows) {
+    nlohmann::json stages = nlohmann::json::array();
+    std::vector<int> peaks;
+    for (const auto& st : p.measured.measured.stages) {
+      stages.push_back({{"busy_s", st.busy_s},
+                        {"comm_wait_s", st.comm_wait_s},
+                        {"idle_s", st.idle_s},
+                        {"peak_in_flight", st.peak_in_flight}});
+      peaks.push_back(st.peak_in_flight);
+    }
+    const auto v = verified(o, p.measured);
+    out.push_back({{"method", p.simulated.variant.name},
+                   {"schedule", to_string(p.simulated.schedule.kind)},
+                   {"transfer", to_string(p.simulated.variant.transfer)},
+                   {"overlap", p.simulated.variant.overlap},
+                   {"measured_s", p.measured.measured.makespan_s},
+                   {"simulated_s", p.simulated.result.makespan_s},
+                   {"peak_in_flight", peaks},
+                   {"predicted_peak_in_flight", p.measured.predicted_peak_in_flight},
+                   {"gradient_error", p.measured.gradient_error
+                                          ? nlohmann::json(*p.measured.gradient_error)
+                                          : nlohmann::json(nullptr)},
+                   {"verified", v ? nlohmann::json(*v) : nlohmann::json(nullptr)},
+                   {"stages", std::move(stages)}});
+  }
+  return out;
+}
+
+// "out.svg" -> "out-simulated.svg"
+std::string simulated_path(const std::string& path) {
+  const auto dot = path.rfind('.');
+  const auto slash = path.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return path + "-simulated";
+  return path.substr(0, dot) + "-simulated" + path.substr(dot);
+}
+
+void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
+  if (o.backend != "local")
+    throw InvalidArgument(fmt::format(
+        "bad --backend '{}': the pipeline runtime plays every stage in this process; expected "
+        "local",
+        o.backend));
+  const ComputeMode compute = parse_compute_mode(o.compute);
+  if (o.verify && compute != ComputeMode::real)
+    throw InvalidArgument("--verify compares gradients: it needs --compute real");
+  std::vector<Variant> variants;
+  std::optional<Schedule> custom;
+  if (!o.schedule_file.empty()) {
+    custom = load_schedule_file(o.schedule_file);
+    variants.push_back({"custom (" + o.schedule_file + ")", ScheduleKind::custom,
+                        {Strategy::broadcast}, true});
+  } else {
+    for (const auto& v : paper_methods())
+      if (v.transfer.strategy) variants.push_back(v);
+    for (const auto& v : schedule_variants()) variants.push_back(v);
+  }
+  for (auto& v : variants)
+    if (o.no_overlap) v.overlap = false;
+  if (!o.svg.empty() || !o.trace.empty()) {
+    std::vector<std::string> names;
+    for (const auto& v : variants) names.push_back(v.name);
+    if (!custom && std::find(names.begin(), names.end(), o.method) == names.end())
+      throw InvalidArgument(
+          fmt::format("bad --method '{}': expected one of {}", o.method, fmt::join(names, ", ")));
+  }
+  auto executor = make_local_executor();
+  std::map<std::string, PipelineCosts> costs;
+  std::vector<Played> rows;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const Variant& v = variants[i];
+    std::cerr << fmt::format("meshcast pipeline: playing {} ({}/{})\n", v.name, i + 1,
+                             variants.size());
+    Row simulated;
+    if (custom) {
+      const std::string key = to_string(v.transfer);
+      costs[key] = model_costs(model, v.transfer);
+      simulated = Row{v, *custom, simulate_pipeline(*custom, costs[key], {.overlap = v.overlap})};
+    } else {
+      simulated = run(model, v, costs);
+    }
+    std::optional<PipelineCosts> network;
+    if (o.emulate_network) network = costs.at(to_string(v.transfer));
+    RuntimeResult measured = run_pipeline(model, simulated.schedule, *executor,
+                                          {.compute = compute,
+                                           .strategy = *v.transfer.strategy,
+                                           .overlap = v.overlap,
+                                           .transfer_delay_s = o.transfer_delay_s,
+                                           .emulated_network = std::move(network)});
+    rows.push_back({std::move(simulated), std::move(measured)});
+  }
+  std::string report;
+  if (o.format == "json") {
+    nlohmann::json j = {{"meshcast_version", kVersion},
+                        {"model", {{"name", model.name}, {"microbatches", model.microbatches}}},
+                        {"compute", to_string(compute)},
+                        {"backend", o.backend},
+                        {"methods", played_json(o, rows)}};
+    report = j.dump() + "\n";
+  } else {
+    report = model_text(model, costs) + fmt::format("\nplayed ({} compute, {} backend):\n",
+                                                    to_string(compute), o.backend) +
+             played_table(o, rows);
+  }
+  const Played* shown = custom ? &rows.front() : nullptr;
+  for (const auto& p : rows)
+    if (!shown && p.simulated.variant.name == o.method) shown = &p;
+  if (!o.svg.empty()) {
+    const std::string title = fmt::format("{}, {}", model.name, shown->simulated.variant.name);
+    const std::string measured =
+        gantt_svg(shown->simulated.schedule, shown->measured.measured, title + " (measured)");
+    const std::string simulated =
+        gantt_svg(shown->simulated.schedule, shown->simulated.result, title + " (simulated)");
+    write_text_file(o.svg, measured);
+    write_text_file(simulated_path(o.svg), simulated);
+  }
+  if (!o.trace.empty()) {
+    nlohmann::json t = {{"meshcast_version", kVersion}};
+    t.update(chrome_trace(shown->simulated.schedule, shown->measured.measured));
+    write_text_file(o.trace, t.dump() + "\n");
+  }
+  std::cout << report;
+  for (const auto& p : rows)
+    if (verified(o, p.measured) == false)
+      throw std::runtime_error(fmt::format(
+          "verification failed: {} gradients differ from the whole model's by {:.3g} (relative), "
+          "expected <= 1e-5",
+          p.simulated.variant.name, *p.measured.gradient_error));
 }
 
 void run_verb(const PipelineVerbOptions& o) {
   const PipelineModel model = load_model(o);
+  if (o.run) return play_verb(o, model);
   std::map<std::string, PipelineCosts> costs;
   std::vector<Row> methods, schedules;
   for (const auto& v : paper_methods()) methods.push_back(run(model, v, costs));
@@ -223,6 +428,30 @@ void add_pipeline_verb(CLI::App& app) {
   verb->add_option("--method", o->method, "The row --svg and --trace draw")->capture_default_str();
   verb->add_option("--svg", o->svg, "Write the Gantt chart of --method to this file");
   verb->add_option("--trace", o->trace, "Write the Chrome trace of --method to this file");
+  verb->add_flag("--run", o->run,
+                 "Play the methods on real buffers and print measured next to simulated times");
+  verb->add_option("--backend", o->backend, "--run: where the stages run (local: threads)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local"}));
+  verb->add_option("--compute", o->compute,
+                   "--run: timed (each step sleeps its configured time) or real (fp32 blocks)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"timed", "real"}));
+  verb->add_option("--scale", o->scale, "Multiply every tensor dimension by this (0 < s <= 1)")
+      ->capture_default_str();
+  verb->add_flag("--verify", o->verify,
+                 "--run --compute real: check every weight gradient against the whole model's");
+  verb->add_flag("--no-overlap", o->no_overlap,
+                 "--run: every method waits at each send until its transfer is done");
+  verb->add_option("--cluster", o->cluster,
+                   "Cluster JSON (e.g. from meshcast calibrate) replacing the config's");
+  verb->add_option("--schedule", o->schedule_file,
+                   "--run: play this schedule file (text or JSON) with broadcast transfers");
+  verb->add_option("--transfer-delay", o->transfer_delay_s,
+                   "--run: every transfer takes at least this many seconds")
+      ->capture_default_str();
+  verb->add_flag("--emulate-network", o->emulate_network,
+                 "--run: every transfer takes at least its simulated time alone (local backend)");
   verb->callback([o] { run_verb(*o); });
 }
 

@@ -34,26 +34,6 @@ struct ScheduleOptions {
   bool no_overlap = false;
 };
 
-Schedule load_schedule_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("cannot read '{}': expected a schedule file", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw ParseError(fmt::format("cannot parse '{}': {}", path, e.what()));
-    }
-    // A document of this verb nests the schedule under "schedule".
-    return schedule_from_json(j.contains("schedule") ? j["schedule"] : j);
-  }
-  return schedule_from_text(text);
-}
-
 Schedule schedule_of(const ScheduleOptions& o) {
   if (!o.check_file.empty()) {
     if (!o.kind.empty()) throw InvalidArgument("give either --check FILE or --kind, not both");

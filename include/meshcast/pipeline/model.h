@@ -55,6 +55,11 @@ struct PipelineModel {
 // forward. Throws ParseError or InvalidArgument naming the key and the expected value.
 PipelineModel model_from_json(const nlohmann::json& j);
 
+// The resharding one direction of `tensor` on `edge` makes: from the sender's layout to the
+// receiver's, or back (`gradient`).
+Resharding edge_resharding(const PipelineModel& model, const ModelEdge& edge,
+                           const EdgeTensor& tensor, bool gradient);
+
 // How transfers are made: a planner strategy, or free (zero time, the paper's signal send/recv).
 struct TransferMethod {
   std::optional<Strategy> strategy;  // nullopt: free

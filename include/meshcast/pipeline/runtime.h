@@ -1,0 +1,68 @@
+// The pipeline runtime: plays a schedule on an executor. Every stage plays its row of the lowered
+// schedule; each activation and gradient is resharded between the stages' meshes by a compiled
+// plan of the chosen strategy, started when its data is produced, and a stage computes only on
+// data that has fully arrived.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "meshcast/pipeline/model.h"
+#include "meshcast/pipeline/schedule.h"
+#include "meshcast/pipeline/simulator.h"
+#include "meshcast/runtime/executor.h"
+
+namespace meshcast::pipeline {
+
+enum class ComputeMode {
+  // Each forward and backward sleeps until its configured time has passed since it began: the
+  // host is free (as with an accelerator kernel), so many stages on few cores keep their times.
+  timed,
+  // Each virtual stage is a block y = tanh(x W1) W2 (fp32, weights h x h replicated over the
+  // stage's mesh, rows sharded as the activations are); x is the sum of the tensors arriving on
+  // the stage's edges; the loss is 0.5 |y|^2 at the last stage. Forward and backward are real.
+  real,
+};
+// "timed" or "real". Throws InvalidArgument naming the text.
+ComputeMode parse_compute_mode(std::string_view text);
+std::string_view to_string(ComputeMode mode);
+
+struct RuntimeOptions {
+  ComputeMode compute = ComputeMode::timed;
+  Strategy strategy = Strategy::broadcast;
+  // true: a stage computes on while its sends move; false: it waits at each send until done.
+  bool overlap = true;
+  // Every transfer takes at least this long from its start (an injected network delay).
+  double transfer_delay_s = 0;
+  // When given, every transfer also takes at least its edge's time here (e.g. model_costs(): the
+  // simulator's network emulated on in-process copies, which take next to no time themselves).
+  std::optional<PipelineCosts> emulated_network = {};
+  // Iterations played before the measured one (they compile plans and fill buffer pools).
+  int warmup_iterations = 1;
+};
+
+struct RuntimeResult {
+  // The measured run in the simulator's terms: makespan, per-stage busy / comm wait / idle, the
+  // timeline of every stage and every transfer (for gantt_svg and chrome_trace). Its
+  // peak_in_flight is measured: the most activations a stage held at once.
+  PipelineResult measured;
+  std::vector<int> predicted_peak_in_flight;  // per stage, from the schedule (peak_in_flight())
+  // real compute: the largest relative difference, over every weight gradient, between the
+  // pipeline's and the whole model's run in one process (max |a - b| / max |b| per weight).
+  std::optional<double> gradient_error;
+};
+
+// Throws InvalidArgument before running anything when the schedule does not fit the model (stage
+// count, edges), deadlocks (validate()), an edge has no tensors (a fixed time moves no bytes), the
+// executor is not in-process, or (real compute) the tensors of a stage do not share one shape and
+// one tile per device with an unsharded last dimension.
+RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule, Executor& executor,
+                           const RuntimeOptions& options = {});
+
+// The model with every tensor dimension multiplied by `factor` (rounded, at least 1), so that a
+// full-size configuration runs real compute at test sizes. Throws InvalidArgument unless
+// 0 < factor <= 1.
+PipelineModel scale_tensors(PipelineModel model, double factor);
+
+}  // namespace meshcast::pipeline
