@@ -141,9 +141,10 @@ TEST(PipelineRuntime, EagerOneFOneBGrowsByTwoNMinusOneTransferDelays) {
   json doc = chain_model(forward);
   doc["stages"].push_back({{"mesh", "2"}, {"first_host", 3}, {"forward_s", forward}});
   doc["cluster"]["hosts"] = 4;
-  doc["edges"].push_back({{"from", 2},
-                          {"to", 3},
-                          {"tensors", {{{"shape", {8, 6}}, {"src_spec", "S0R"}, {"dst_spec", "RR"}}}}});
+  doc["edges"].push_back(
+      {{"from", 2},
+       {"to", 3},
+       {"tensors", {{{"shape", {8, 6}}, {"src_spec", "S0R"}, {"dst_spec", "RR"}}}}});
   doc["stages"][0]["backward_s"] = forward;  // B = F for every stage
   for (auto& st : doc["stages"]) st["backward_s"] = forward;
   doc["microbatches"] = 6;
@@ -163,8 +164,8 @@ TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
   const PipelineModel model = model_from_json(chain_model());
   // Stage 1 waits for the gradient of microbatch 0 before it forwards microbatch 1, which stage 2
   // needs before it runs the backward of microbatch 0.
-  const Schedule deadlock = schedule_from_text(
-      "stage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\nstage 2: F0 F1 B0 B1\n");
+  const Schedule deadlock =
+      schedule_from_text("stage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\nstage 2: F0 F1 B0 B1\n");
   EXPECT_NE(rejection(model, deadlock).find("deadlock"), std::string::npos);
 
   EXPECT_NE(rejection(model, make_schedule(ScheduleKind::gpipe, 2, 4)).find("3 stages"),

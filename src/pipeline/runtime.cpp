@@ -263,18 +263,18 @@ class Run {
   // Checks everything before anything is compiled or started, then lowers.
   LoweredSchedule checked_lower() const {
     if (executor_.backend() != "local")
-      throw InvalidArgument(fmt::format(
-          "the pipeline runtime plays every stage in this process: backend '{}' is not "
-          "supported, expected local",
-          executor_.backend()));
+      throw InvalidArgument(
+          fmt::format("the pipeline runtime plays every stage in this process: backend '{}' is not "
+                      "supported, expected local",
+                      executor_.backend()));
     if (schedule_.virtual_stages() != static_cast<int>(model_.stages.size()))
       throw InvalidArgument(
           fmt::format("the schedule has {} virtual stages, the model {} stages: expected equal",
                       schedule_.virtual_stages(), model_.stages.size()));
     if (schedule_.chunks != 1)
-      throw InvalidArgument(fmt::format(
-          "the pipeline runtime plays one chunk per stage, the schedule has {} chunks",
-          schedule_.chunks));
+      throw InvalidArgument(
+          fmt::format("the pipeline runtime plays one chunk per stage, the schedule has {} chunks",
+                      schedule_.chunks));
     validate(schedule_, model_edges());
     for (const auto& e : model_.edges)
       if (e.tensors.empty())
@@ -290,8 +290,8 @@ class Run {
           fmt::format("the emulated network gives {} edges, the model has {}: expected equal",
                       options_.emulated_network->edges.size(), model_.edges.size()));
     if (options_.warmup_iterations < 0)
-      throw InvalidArgument(fmt::format("bad warm-up iteration count {}: expected >= 0",
-                                        options_.warmup_iterations));
+      throw InvalidArgument(
+          fmt::format("bad warm-up iteration count {}: expected >= 0", options_.warmup_iterations));
     return lower(schedule_, model_edges());
   }
 
@@ -426,14 +426,13 @@ class Run {
     if (options_.emulated_network) {
       const Message& info = lowered_.messages[id];
       const EdgeCost& cost = options_.emulated_network->edges[info.edge];
-      floor_s = std::max(
-          floor_s, info.payload == Payload::activation ? cost.activation_s : cost.gradient_s);
+      floor_s = std::max(floor_s,
+                         info.payload == Payload::activation ? cost.activation_s : cost.gradient_s);
     }
     m.waiter = std::jthread([this, id, floor_s] {
       MessageState& msg = messages_[id];
-      std::this_thread::sleep_until(
-          msg.posted +
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(floor_s)));
+      std::this_thread::sleep_until(msg.posted + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(floor_s)));
       for (Slot* s : msg.slots) s->plan->wait();
       std::lock_guard lock(mutex_);
       msg.arrival = Clock::now();
@@ -456,8 +455,8 @@ class Run {
     for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e) {
       const Edge& edge = model_.edges[e].edge;
       if ((forward ? edge.from : edge.to) != vs) continue;
-      MessageState& m = messages_[message(e, step.microbatch,
-                                          forward ? Payload::activation : Payload::gradient)];
+      MessageState& m =
+          messages_[message(e, step.microbatch, forward ? Payload::activation : Payload::gradient)];
       for (size_t t = 0; t < model_.edges[e].tensors.size(); ++t)
         m.slots.push_back(pools_.at(key(e, static_cast<int64_t>(t), !forward))->acquire());
     }
@@ -469,8 +468,8 @@ class Run {
     for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e) {
       const Edge& edge = model_.edges[e].edge;
       if ((forward ? edge.to : edge.from) != vs) continue;
-      MessageState& m = messages_[message(e, step.microbatch,
-                                          forward ? Payload::activation : Payload::gradient)];
+      MessageState& m =
+          messages_[message(e, step.microbatch, forward ? Payload::activation : Payload::gradient)];
       for (size_t t = 0; t < m.slots.size(); ++t)
         pools_.at(key(e, static_cast<int64_t>(t), !forward))->release(m.slots[t]);
     }
@@ -604,7 +603,8 @@ class Run {
           total.w2[i] += g.w2[i];
         }
       }
-      for (auto [got, want] : {std::pair{&total.w1, &reference[vs].w1}, {&total.w2, &reference[vs].w2}}) {
+      for (auto [got, want] :
+           {std::pair{&total.w1, &reference[vs].w1}, {&total.w2, &reference[vs].w2}}) {
         double diff = 0, norm = 0;
         for (int64_t i = 0; i < h_ * h_; ++i) {
           diff = std::max(diff, std::abs((*got)[i] - (*want)[i]));
@@ -628,7 +628,7 @@ class Run {
   int64_t h_ = 0;
   std::vector<std::vector<std::optional<Box>>> tile_;  // per virtual stage, per device
   std::vector<Weights> weights_;
-  std::vector<std::map<DeviceId, Gradients>> gradients_;             // per virtual stage
+  std::vector<std::map<DeviceId, Gradients>> gradients_;         // per virtual stage
   std::vector<std::map<int, std::map<DeviceId, Stash>>> stash_;  // per virtual stage, microbatch
 
   // one iteration

@@ -169,8 +169,8 @@ PipelineModel load_model(const PipelineVerbOptions& o) {
       try {
         m.stages[i].mesh.check_fits(m.cluster);
       } catch (const InvalidArgument& e) {
-        throw InvalidArgument(fmt::format("stage {} does not fit the cluster of '{}': {}", i,
-                                          o.cluster, e.what()));
+        throw InvalidArgument(
+            fmt::format("stage {} does not fit the cluster of '{}': {}", i, o.cluster, e.what()));
       }
     }
   }
@@ -193,9 +193,10 @@ std::string played_table(const PipelineVerbOptions& o, const std::vector<Played>
   const Played* alpa = nullptr;
   for (const auto& p : rows)
     if (p.simulated.variant.name == "allgather (alpa)") alpa = &p;
-  std::string out = fmt::format("{:<30} {:<11} {:<10} {:<7} {:>11} {:>11} {:>6} {:>9} {:>9} {:>8}\n",
-                                "method", "schedule", "transfer", "overlap", "measured_s",
-                                "simulated_s", "ratio", "gain_meas", "gain_sim", "verified");
+  std::string out =
+      fmt::format("{:<30} {:<11} {:<10} {:<7} {:>11} {:>11} {:>6} {:>9} {:>9} {:>8}\n", "method",
+                  "schedule", "transfer", "overlap", "measured_s", "simulated_s", "ratio",
+                  "gain_meas", "gain_sim", "verified");
   for (const auto& p : rows) {
     const double measured = p.measured.measured.makespan_s;
     const double simulated = p.simulated.result.makespan_s;
@@ -203,17 +204,18 @@ std::string played_table(const PipelineVerbOptions& o, const std::vector<Played>
       return alpa ? fmt::format("{:+.1f}%", 100 * (alpa_s / own_s - 1)) : std::string("-");
     };
     const auto v = verified(o, p.measured);
-    out += fmt::format("{:<30} {:<11} {:<10} {:<7} {:>11.4f} {:>11.4f} {:>6.3f} {:>9} {:>9} {:>8}\n",
-                       p.simulated.variant.name, to_string(p.simulated.schedule.kind),
-                       to_string(p.simulated.variant.transfer),
-                       p.simulated.variant.overlap ? "yes" : "no", measured, simulated,
-                       simulated > 0 ? measured / simulated : 0.0,
-                       alpa ? gain(alpa->measured.measured.makespan_s, measured) : "-",
-                       alpa ? gain(alpa->simulated.result.makespan_s, simulated) : "-",
-                       v ? (*v ? "yes" : "NO") : "-");
+    out += fmt::format(
+        "{:<30} {:<11} {:<10} {:<7} {:>11.4f} {:>11.4f} {:>6.3f} {:>9} {:>9} {:>8}\n",
+        p.simulated.variant.name, to_string(p.simulated.schedule.kind),
+        to_string(p.simulated.variant.transfer), p.simulated.variant.overlap ? "yes" : "no",
+        measured, simulated, simulated > 0 ? measured / simulated : 0.0,
+        alpa ? gain(alpa->measured.measured.makespan_s, measured) : "-",
+        alpa ? gain(alpa->simulated.result.makespan_s, simulated) : "-",
+        v ? (*v ? "yes" : "NO") : "-");
   }
-  out += "\nper stage (measured busy / transfer wait / idle seconds, peak in-flight activations "
-         "measured (schedule's)):\n";
+  out +=
+      "\nper stage (measured busy / transfer wait / idle seconds, peak in-flight activations "
+      "measured (schedule's)):\n";
   for (const auto& p : rows) {
     out += fmt::format("  {}:\n", p.simulated.variant.name);
     const auto& stages = p.measured.measured.stages;
@@ -238,19 +240,19 @@ nlohmann::json played_json(const PipelineVerbOptions& o, const std::vector<Playe
       peaks.push_back(st.peak_in_flight);
     }
     const auto v = verified(o, p.measured);
-    out.push_back({{"method", p.simulated.variant.name},
-                   {"schedule", to_string(p.simulated.schedule.kind)},
-                   {"transfer", to_string(p.simulated.variant.transfer)},
-                   {"overlap", p.simulated.variant.overlap},
-                   {"measured_s", p.measured.measured.makespan_s},
-                   {"simulated_s", p.simulated.result.makespan_s},
-                   {"peak_in_flight", peaks},
-                   {"predicted_peak_in_flight", p.measured.predicted_peak_in_flight},
-                   {"gradient_error", p.measured.gradient_error
-                                          ? nlohmann::json(*p.measured.gradient_error)
-                                          : nlohmann::json(nullptr)},
-                   {"verified", v ? nlohmann::json(*v) : nlohmann::json(nullptr)},
-                   {"stages", std::move(stages)}});
+    out.push_back(
+        {{"method", p.simulated.variant.name},
+         {"schedule", to_string(p.simulated.schedule.kind)},
+         {"transfer", to_string(p.simulated.variant.transfer)},
+         {"overlap", p.simulated.variant.overlap},
+         {"measured_s", p.measured.measured.makespan_s},
+         {"simulated_s", p.simulated.result.makespan_s},
+         {"peak_in_flight", peaks},
+         {"predicted_peak_in_flight", p.measured.predicted_peak_in_flight},
+         {"gradient_error", p.measured.gradient_error ? nlohmann::json(*p.measured.gradient_error)
+                                                      : nlohmann::json(nullptr)},
+         {"verified", v ? nlohmann::json(*v) : nlohmann::json(nullptr)},
+         {"stages", std::move(stages)}});
   }
   return out;
 }
@@ -277,8 +279,8 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
   std::optional<Schedule> custom;
   if (!o.schedule_file.empty()) {
     custom = load_schedule_file(o.schedule_file);
-    variants.push_back({"custom (" + o.schedule_file + ")", ScheduleKind::custom,
-                        {Strategy::broadcast}, true});
+    variants.push_back(
+        {"custom (" + o.schedule_file + ")", ScheduleKind::custom, {Strategy::broadcast}, true});
   } else {
     for (const auto& v : paper_methods())
       if (v.transfer.strategy) variants.push_back(v);
@@ -327,8 +329,8 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
                         {"methods", played_json(o, rows)}};
     report = j.dump() + "\n";
   } else {
-    report = model_text(model, costs) + fmt::format("\nplayed ({} compute, {} backend):\n",
-                                                    to_string(compute), o.backend) +
+    report = model_text(model, costs) +
+             fmt::format("\nplayed ({} compute, {} backend):\n", to_string(compute), o.backend) +
              played_table(o, rows);
   }
   const Played* shown = custom ? &rows.front() : nullptr;
