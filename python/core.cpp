@@ -168,57 +168,96 @@ bool is_torch_tensor(const py::handle& value) {
          py::hasattr(value, "data_ptr");
 }
 
-ArrayView view_of(const py::handle& value, const std::string& what) {
+// numpy's name of a buffer-protocol element format ("f" -> "float32"), "" when it has none here.
+std::string dtype_of_format(std::string_view format, py::ssize_t itemsize) {
+  if (!format.empty() && std::string_view("<=@").find(format[0]) != std::string_view::npos)
+    format.remove_prefix(1);
+  if (format.size() != 1) return std::string(format);
+  const std::string bits = std::to_string(itemsize * 8);
+  switch (format[0]) {
+    case 'b':
+    case 'h':
+    case 'i':
+    case 'l':
+    case 'q':
+      return "int" + bits;
+    case 'B':
+    case 'H':
+    case 'I':
+    case 'L':
+    case 'Q':
+      return "uint" + bits;
+    case 'e':
+    case 'f':
+    case 'd':
+      return "float" + bits;
+    case '?':
+      return "bool";
+    default:
+      return std::string(format);
+  }
+}
+
+// Where an array goes, for messages: "src[3]".
+struct Slot {
+  const char* side;
+  DeviceId device;
+};
+std::string to_string(const Slot& slot) {
+  return fmt::format("{}[{}]", slot.side, slot.device);
+}
+
+ArrayView view_of(const py::handle& value, const Slot& slot) {
   ArrayView v;
-  if (is_torch_tensor(value)) {
-    const std::string device = py::str(value.attr("device")).cast<std::string>();
-    if (device != "cpu")
-      throw py::value_error(
-          fmt::format("{}: a torch tensor on '{}', expected one in CPU memory", what, device));
-    v.data = reinterpret_cast<std::byte*>(value.attr("data_ptr")().cast<uintptr_t>());
-    v.shape = value.attr("shape").cast<std::vector<int64_t>>();
-    v.dtype = py::str(value.attr("dtype")).cast<std::string>().substr(6);  // "torch.float32"
-    v.contiguous = value.attr("is_contiguous")().cast<bool>();
-    v.writable = true;
+  if (PyObject_CheckBuffer(value.ptr())) {
+    const py::buffer_info info = py::reinterpret_borrow<py::buffer>(value).request();
+    v.data = static_cast<std::byte*>(info.ptr);
+    v.shape.assign(info.shape.begin(), info.shape.end());
+    v.dtype = dtype_of_format(info.format, info.itemsize);
+    int64_t stride = info.itemsize;
+    v.contiguous = true;
+    for (int d = static_cast<int>(info.ndim) - 1; d >= 0; --d) {
+      if (info.shape[d] > 1 && info.strides[d] != stride) v.contiguous = false;
+      stride *= info.shape[d];
+    }
+    v.writable = !info.readonly;
     return v;
   }
-  if (!PyObject_CheckBuffer(value.ptr()))
+  if (!is_torch_tensor(value))
     throw py::type_error(fmt::format("{}: got {}, expected a numpy array or a CPU torch tensor",
-                                     what, py::str(py::type::of(value)).cast<std::string>()));
-  const py::buffer_info info = py::reinterpret_borrow<py::buffer>(value).request();
-  v.data = static_cast<std::byte*>(info.ptr);
-  v.shape.assign(info.shape.begin(), info.shape.end());
-  v.dtype = py::str(py::module_::import("numpy").attr("dtype")(info.format).attr("name"))
-                .cast<std::string>();
-  int64_t stride = info.itemsize;
-  v.contiguous = true;
-  for (int d = static_cast<int>(info.ndim) - 1; d >= 0; --d) {
-    if (info.shape[d] > 1 && info.strides[d] != stride) v.contiguous = false;
-    stride *= info.shape[d];
-  }
-  v.writable = !info.readonly;
+                                     to_string(slot),
+                                     py::str(py::type::of(value)).cast<std::string>()));
+  const std::string device = py::str(value.attr("device")).cast<std::string>();
+  if (device != "cpu")
+    throw py::value_error(fmt::format("{}: a torch tensor on '{}', expected one in CPU memory",
+                                      to_string(slot), device));
+  v.data = reinterpret_cast<std::byte*>(value.attr("data_ptr")().cast<uintptr_t>());
+  v.shape = value.attr("shape").cast<std::vector<int64_t>>();
+  v.dtype = py::str(value.attr("dtype")).cast<std::string>().substr(6);  // "torch.float32"
+  v.contiguous = value.attr("is_contiguous")().cast<bool>();
+  v.writable = true;
   return v;
 }
 
 // Checks `value` against the tile `box` of the plan's tensor and returns its bytes.
 std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const TensorSpec& tensor,
-                                const std::string& what, bool written) {
-  const ArrayView v = view_of(value, what);
+                                const Slot& slot, bool written) {
+  const ArrayView v = view_of(value, slot);
   const auto want_shape = box.extents();
   if (v.shape != want_shape)
-    throw py::value_error(fmt::format("{}: shape ({}), expected ({}) (the tile {})", what,
-                                      fmt::join(v.shape, ", "), fmt::join(want_shape, ", "),
-                                      to_string(box)));
+    throw py::value_error(fmt::format("{}: shape ({}), expected ({}) (the tile {})",
+                                      to_string(slot), fmt::join(v.shape, ", "),
+                                      fmt::join(want_shape, ", "), to_string(box)));
   if (v.dtype != to_string(tensor.dtype))
-    throw py::value_error(
-        fmt::format("{}: dtype {}, expected {}", what, v.dtype, to_string(tensor.dtype)));
+    throw py::value_error(fmt::format("{}: dtype {}, expected {}", to_string(slot), v.dtype,
+                                      to_string(tensor.dtype)));
   if (!v.contiguous)
     throw py::value_error(
         fmt::format("{}: not contiguous, expected a C-contiguous array (np.ascontiguousarray or "
                     ".contiguous() makes one)",
-                    what));
+                    to_string(slot)));
   if (written && !v.writable)
-    throw py::value_error(fmt::format("{}: read-only, expected a writable array", what));
+    throw py::value_error(fmt::format("{}: read-only, expected a writable array", to_string(slot)));
   return {v.data, static_cast<size_t>(box.volume() * dtype_size(tensor.dtype))};
 }
 
@@ -241,12 +280,14 @@ class Resharder {
   Resharder(Plan plan, const std::string& backend, int threads)
       : plan_(std::move(plan)), executor_(make_executor(backend, threads)) {
     compiled_ = executor_->compile(plan_);
+    for (DeviceId device : compiled_->devices_here())
+      here_.push_back({device, tiles_of(plan_.problem, device)});
   }
 
   std::vector<DeviceId> devices_here() const { return compiled_->devices_here(); }
 
   // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts.
-  py::dict start(const py::dict& src, const py::object& out, const py::function& allocate) {
+  py::dict start(const py::dict& src, const py::object& out, const py::object& allocate) {
     if (running_)
       throw py::value_error("start(): the previous run was not waited for (call wait())");
     const Resharding& p = plan_.problem;
@@ -268,8 +309,7 @@ class Resharder {
       }
     std::vector<DeviceBuffers> buffers;
     std::vector<py::object> keep;
-    for (DeviceId device : compiled_->devices_here()) {
-      const DeviceTiles t = tiles_of(p, device);
+    for (const auto& [device, t] : here_) {
       DeviceBuffers b{.device = device};
       const py::int_ key(device);
       if (!t.src.empty()) {
@@ -277,7 +317,7 @@ class Resharder {
           throw py::value_error(fmt::format("src: no shard for device {}, expected its tile {}",
                                             device, to_string(t.src)));
         const py::object value = src[key];
-        b.src = tile_bytes(value, t.src, p.tensor, fmt::format("src[{}]", device), false);
+        b.src = tile_bytes(value, t.src, p.tensor, {"src", device}, false);
         keep.push_back(value);
       }
       if (!t.dst.empty()) {
@@ -288,7 +328,7 @@ class Resharder {
           outputs[key] = allocate(t.dst.extents(), std::string(to_string(p.tensor.dtype)));
         }
         const py::object value = outputs[key];
-        b.dst = tile_bytes(value, t.dst, p.tensor, fmt::format("out[{}]", device), true);
+        b.dst = tile_bytes(value, t.dst, p.tensor, {"out", device}, true);
         keep.push_back(value);
       }
       buffers.push_back(b);
@@ -319,6 +359,7 @@ class Resharder {
   Plan plan_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<CompiledPlan> compiled_;
+  std::vector<std::pair<DeviceId, DeviceTiles>> here_;  // the tiles of devices_here()
   std::vector<DeviceBuffers> buffers_;
   std::vector<py::object> keep_;  // the arrays of the run in flight stay alive until wait()
   bool running_ = false;

@@ -159,8 +159,8 @@ class Resharder:
         wait() returns the outputs. The GIL is released while the bytes move."""
         if not isinstance(src, dict):
             raise TypeError(f"src: got {type(src).__name__}, expected a dict {{device: array}}")
-        like = next(iter(src.values()), None)
-        self._out = self._core.start(src, out, _allocator(like))
+        allocate = _allocator(next(iter(src.values()), None)) if out is None else None
+        self._out = self._core.start(src, out, allocate)
 
     def wait(self):
         """Waits for the run started last; returns {device: array} of the destination tiles."""

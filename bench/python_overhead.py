@@ -1,0 +1,56 @@
+"""Resharder.run from Python against the same compiled plan run from C++ (`meshcast run`), for a
+4 MiB tensor: the binding's overhead. Rounds alternate the two so machine load hits both alike.
+Usage: PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py build/tools/meshcast/meshcast
+"""
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import meshcast as mc
+
+MESHCAST = sys.argv[1]
+ROUNDS, ITERS, THREADS = 7, 50, 2
+
+cluster = mc.Cluster(hosts=4, devices_per_host=4)
+src = mc.Layout(mc.Mesh([2, 4], range(0, 8)), "S0R")
+dst = mc.Layout(mc.Mesh([2, 4], range(8, 16)), "RS1")
+plan = mc.plan(shape=(1024, 1024), dtype="float32", src=src, dst=dst, cluster=cluster)
+plan_file = "/tmp/meshcast_python_overhead_plan.json"
+with open(plan_file, "w") as f:
+    f.write(plan.to_json())
+
+x = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
+shards = mc.shard(x, src)
+out = {d: np.empty_like(t) for d, t in mc.shard(x, dst).items()}
+resharder = mc.Resharder(plan, threads=THREADS)
+
+cpp, python, python_executor = [], [], []
+for r in range(ROUNDS):
+    print(f"round {r + 1}/{ROUNDS}", file=sys.stderr)
+    report = json.loads(subprocess.run(
+        [MESHCAST, "run", "--plan", plan_file, "--backend", "local", "--threads", str(THREADS),
+         "--iters", str(ITERS), "--warmup", "5", "--json"],
+        check=True, capture_output=True, text=True).stdout)
+    cpp.append(report["median_s"])
+    for _ in range(5):
+        resharder.run(shards, out)
+    times, executor_times = [], []
+    for _ in range(ITERS):
+        start = time.perf_counter()
+        resharder.run(shards, out)
+        times.append(time.perf_counter() - start)
+        executor_times.append(resharder.seconds)
+    python.append(statistics.median(times))
+    python_executor.append(statistics.median(executor_times))
+want = mc.shard(x, dst)
+assert all(np.array_equal(out[d], want[d]) for d in want)
+c, p, pe = statistics.median(cpp), statistics.median(python), statistics.median(python_executor)
+print(f"4 MiB float32 S0R -> RS1, 2x4 -> 2x4, {THREADS} threads, {ROUNDS} rounds x {ITERS} runs")
+print(f"C++ meshcast run (executor time), median of round medians: {c * 1e3:.3f} ms")
+print(f"Python Resharder.run (wall time around the call):        {p * 1e3:.3f} ms")
+print(f"Python Resharder.run (executor time, as C++ measures):  {pe * 1e3:.3f} ms")
+print(f"Python / C++: wall {p / c:.3f}, executor time {pe / c:.3f}")
