@@ -22,3 +22,9 @@ def test_random_layouts_under_mpirun(ranks):
     done = mpirun(ranks, str(HERE / "mpi_ranks.py"), str(ranks))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{ranks} ranks:" in done.stdout and "destination elements right" in done.stdout
+
+
+def test_weight_sync_example_one_rank_per_device():
+    done = mpirun(8, str(HERE.parent.parent / "examples" / "weight_sync.py"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("elements checked bit for bit") == 3, done.stdout
