@@ -198,13 +198,14 @@ std::string dtype_of_format(std::string_view format, py::ssize_t itemsize) {
   }
 }
 
-// Where an array goes, for messages: "src[3]".
+// Where an array goes, for messages: "src[3]", or "src['w1'][3]" in a batch.
 struct Slot {
   const char* side;
+  std::string_view tensor;
   DeviceId device;
 };
 std::string to_string(const Slot& slot) {
-  return fmt::format("{}[{}]", slot.side, slot.device);
+  return fmt::format("{}{}[{}]", slot.side, slot.tensor, slot.device);
 }
 
 ArrayView view_of(const py::handle& value, const Slot& slot) {
@@ -275,60 +276,98 @@ std::unique_ptr<Executor> make_executor(const std::string& backend, int threads)
 }
 
 // A plan compiled once for one executor, run on dicts of arrays.
+// The tensors of a plan, in plan order: what a Resharder checks arrays against.
+struct PlanTensor {
+  std::string name;
+  TensorSpec tensor;
+  Layout src;
+  Layout dst;
+};
+std::vector<PlanTensor> tensors_of(const Plan& plan) {
+  return {{"tensor", plan.problem.tensor, plan.problem.src, plan.problem.dst}};
+}
+
+// The buffers one device passes for one tensor.
+struct HereTile {
+  int tensor;
+  DeviceId device;
+  DeviceTiles tiles;
+};
+
 class Resharder {
  public:
   Resharder(Plan plan, const std::string& backend, int threads)
-      : plan_(std::move(plan)), executor_(make_executor(backend, threads)) {
+      : plan_(std::move(plan)),
+        tensors_(tensors_of(plan_)),
+        executor_(make_executor(backend, threads)) {
     compiled_ = executor_->compile(plan_);
     for (DeviceId device : compiled_->devices_here())
-      here_.push_back({device, tiles_of(plan_.problem, device)});
+      for (size_t i = 0; i < tensors_.size(); ++i)
+        here_.push_back({static_cast<int>(i), device, tiles_of(plan_.problem, device)});
   }
 
   std::vector<DeviceId> devices_here() const { return compiled_->devices_here(); }
+  std::vector<std::string> tensor_names() const {
+    std::vector<std::string> names;
+    for (const auto& t : tensors_) names.push_back(t.name);
+    return names;
+  }
 
-  // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts.
-  py::dict start(const py::dict& src, const py::object& out, const py::object& allocate) {
+  // `src` and `out` hold one {device: array} per tensor of the plan (`out` entries may be None).
+  // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts;
+  // returns the outputs, one dict per tensor.
+  py::list start(const py::list& src, const py::list& out, const py::object& allocate) {
     if (running_)
       throw py::value_error("start(): the previous run was not waited for (call wait())");
-    const Resharding& p = plan_.problem;
-    py::dict outputs = out.is_none() ? py::dict() : py::dict(out);
-    if (!out.is_none() && !py::isinstance<py::dict>(out))
-      throw py::type_error("out: expected a dict {device: array} or None");
-    for (const auto& [name, given, layout] :
-         {std::tuple{"src", &src, &p.src}, {"out", &outputs, &p.dst}})
-      for (const auto& [key, value] : *given) {
-        if (!py::isinstance<py::int_>(key))
-          throw py::type_error(fmt::format("{}: key {} is not a device id (int)", name,
-                                           py::repr(key).cast<std::string>()));
-        const auto device = key.cast<DeviceId>();
-        const auto& ds = layout->mesh.devices();
-        if (std::find(ds.begin(), ds.end(), device) == ds.end())
-          throw py::value_error(fmt::format(
-              "{}: device {} is not in the {} mesh (devices {})", name, device,
-              name == std::string("src") ? "source" : "destination", fmt::join(ds, ",")));
-      }
+    py::list outputs;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const std::string label = tensor_label(i);
+      const PlanTensor& t = tensors_[i];
+      const py::object given_out = out[i];
+      if (!given_out.is_none() && !py::isinstance<py::dict>(given_out))
+        throw py::type_error(
+            fmt::format("out{}: expected a dict {{device: array}} or None", label));
+      outputs.append(given_out.is_none() ? py::dict() : py::dict(given_out));
+      for (const auto& [side, given, layout] :
+           {std::tuple{"src", py::dict(src[i]), &t.src}, {"out", py::dict(outputs[i]), &t.dst}})
+        for (const auto& [key, value] : given) {
+          if (!py::isinstance<py::int_>(key))
+            throw py::type_error(fmt::format("{}{}: key {} is not a device id (int)", side, label,
+                                             py::repr(key).cast<std::string>()));
+          const auto device = key.cast<DeviceId>();
+          const auto& ds = layout->mesh.devices();
+          if (std::find(ds.begin(), ds.end(), device) == ds.end())
+            throw py::value_error(fmt::format(
+                "{}{}: device {} is not in the {} mesh (devices {})", side, label, device,
+                side == std::string("src") ? "source" : "destination", fmt::join(ds, ",")));
+        }
+    }
     std::vector<DeviceBuffers> buffers;
     std::vector<py::object> keep;
-    for (const auto& [device, t] : here_) {
+    for (const auto& [tensor, device, tiles] : here_) {
+      const PlanTensor& t = tensors_[tensor];
+      const std::string label = tensor_label(tensor);
+      const py::dict given_src = src[tensor];
+      const py::dict given_out = outputs[tensor];
       DeviceBuffers b{.device = device};
       const py::int_ key(device);
-      if (!t.src.empty()) {
-        if (!src.contains(key))
-          throw py::value_error(fmt::format("src: no shard for device {}, expected its tile {}",
-                                            device, to_string(t.src)));
-        const py::object value = src[key];
-        b.src = tile_bytes(value, t.src, p.tensor, {"src", device}, false);
+      if (!tiles.src.empty()) {
+        if (!given_src.contains(key))
+          throw py::value_error(fmt::format("src{}: no shard for device {}, expected its tile {}",
+                                            label, device, to_string(tiles.src)));
+        const py::object value = given_src[key];
+        b.src = tile_bytes(value, tiles.src, t.tensor, {"src", label, device}, false);
         keep.push_back(value);
       }
-      if (!t.dst.empty()) {
-        if (!outputs.contains(key)) {
-          if (!out.is_none())
-            throw py::value_error(fmt::format("out: no array for device {}, expected its tile {}",
-                                              device, to_string(t.dst)));
-          outputs[key] = allocate(t.dst.extents(), std::string(to_string(p.tensor.dtype)));
+      if (!tiles.dst.empty()) {
+        if (!given_out.contains(key)) {
+          if (!py::object(out[tensor]).is_none())
+            throw py::value_error(fmt::format("out{}: no array for device {}, expected its tile {}",
+                                              label, device, to_string(tiles.dst)));
+          given_out[key] = allocate(tiles.dst.extents(), std::string(to_string(t.tensor.dtype)));
         }
-        const py::object value = outputs[key];
-        b.dst = tile_bytes(value, t.dst, p.tensor, {"out", device}, true);
+        const py::object value = given_out[key];
+        b.dst = tile_bytes(value, tiles.dst, t.tensor, {"out", label, device}, true);
         keep.push_back(value);
       }
       buffers.push_back(b);
@@ -356,10 +395,16 @@ class Resharder {
   }
 
  private:
+  // "['name']" for a tensor of a batch, "" for a single tensor: messages say src['w1'][3].
+  std::string tensor_label(size_t i) const {
+    return tensors_.size() > 1 ? fmt::format("['{}']", tensors_[i].name) : "";
+  }
+
   Plan plan_;
+  std::vector<PlanTensor> tensors_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<CompiledPlan> compiled_;
-  std::vector<std::pair<DeviceId, DeviceTiles>> here_;  // the tiles of devices_here()
+  std::vector<HereTile> here_;  // the tiles of devices_here(), for every tensor
   std::vector<DeviceBuffers> buffers_;
   std::vector<py::object> keep_;  // the arrays of the run in flight stay alive until wait()
   bool running_ = false;
@@ -446,6 +491,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<Plan, const std::string&, int>(), py::arg("plan"), py::arg("backend"),
            py::arg("threads"))
       .def_property_readonly("devices", &Resharder::devices_here)
+      .def_property_readonly("tensor_names", &Resharder::tensor_names)
       .def("start", &Resharder::start, py::arg("src"), py::arg("out"), py::arg("allocate"))
       .def("wait", &Resharder::wait);
 }

@@ -155,15 +155,36 @@ class Resharder:
         return self._core.devices
 
     def start(self, src, out=None):
-        """Starts moving `src` {device: array} into `out` (allocated when None) and returns;
-        wait() returns the outputs. The GIL is released while the bytes move."""
+        """Starts moving `src` {device: array} (a batch: {name: {device: array}}) into `out`
+        (allocated when None) and returns; wait() returns the outputs. The GIL is released while
+        the bytes move."""
+        names = self._core.tensor_names
+        batched = len(names) > 1
+        what = "{name: {device: array}}" if batched else "{device: array}"
         if not isinstance(src, dict):
-            raise TypeError(f"src: got {type(src).__name__}, expected a dict {{device: array}}")
-        allocate = _allocator(next(iter(src.values()), None)) if out is None else None
-        self._out = self._core.start(src, out, allocate)
+            raise TypeError(f"src: got {type(src).__name__}, expected a dict {what}")
+        if out is not None and not isinstance(out, dict):
+            raise TypeError(f"out: got {type(out).__name__}, expected a dict {what} or None")
+        if batched:
+            for given, side in ((src, "src"), (out or {}, "out")):
+                unknown = set(given) - set(names)
+                if unknown:
+                    raise ValueError(f"{side}: tensor {sorted(unknown, key=str)[0]!r} is not in the "
+                                     f"plan (tensors {', '.join(names)})")
+            srcs = [src.get(n, {}) for n in names]
+            outs = [None if out is None else out.get(n, {}) for n in names]
+        else:
+            srcs, outs = [src], [out]
+        for i, s in enumerate(srcs):
+            if not isinstance(s, dict):
+                raise TypeError(f"src[{names[i]!r}]: got {type(s).__name__}, expected {{device: array}}")
+        first = next((a for s in srcs for a in s.values()), None)
+        allocate = _allocator(first) if out is None or batched else None
+        outputs = self._core.start(srcs, outs, allocate)
+        self._out = dict(zip(names, outputs)) if batched else outputs[0]
 
     def wait(self):
-        """Waits for the run started last; returns {device: array} of the destination tiles."""
+        """Waits for the run started last; returns the outputs, as start() was given them."""
         self.seconds = self._core.wait()
         out, self._out = self._out, None
         return out
