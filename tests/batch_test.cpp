@@ -108,6 +108,31 @@ TEST(BatchJsonTest, PlacesMeshesWithoutDevicesByDefault) {
   EXPECT_EQ(batch.tensors[1].tensor.dtype, DType::float32);
 }
 
+TEST(BatchJsonTest, SpecsInEveryVocabulary) {
+  const auto j = nlohmann::json::parse(R"json({
+    "cluster": {"hosts": 4, "devices_per_host": 4},
+    "tensors": [{"name": "w", "shape": [8, 4], "dtype": "float32",
+                 "src": {"mesh": [2, 2], "spec": "Shard(0),Shard(0)"},
+                 "dst": {
+  "mesh" : [ 2, 2 ], "axes" : [ "dp", "tp" ], "spec" : "P(None, tp)"
+}
+},
+                {"name": "b", "shape": [8], "dtype": "float32",
+                 "src": {"mesh": [2, 2], "spec": "P((0, 1))"},
+                 "dst": {"mesh": [2, 2], "spec": "[Replicate(), Replicate()]"}}]
+})json");
+  const Batch batch = batch_from_json(j);
+  EXPECT_EQ(batch.tensors[0].src.spec.to_string(), "S0/1R");
+  EXPECT_EQ(batch.tensors[0].dst.spec.to_string(), "RS1");
+  EXPECT_EQ(batch.tensors[1].src.spec.to_string(), "S01");
+  EXPECT_EQ(batch.tensors[1].dst.spec.to_string(), "R");
+  auto bad = j;
+  bad["tensors"][0]["dst"]["spec"] = "P(None, pp)";
+  const std::string message = error_of([&] { batch_from_json(bad); });
+  EXPECT_NE(message.find("tensors[0] 'w': dst: bad PartitionSpec"), std::string::npos) << message;
+  EXPECT_NE(message.find("(expected one of dp, tp)"), std::string::npos) << message;
+}
+
 TEST(BatchJsonTest, NamesTheTensorAndTheField) {
   const auto good = batch_to_json(two_tensor_batch());
   auto j = good;

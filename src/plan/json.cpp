@@ -42,7 +42,9 @@ struct DefaultPlacement {
   int devices_per_host;
 };
 
-Layout layout_from_json(const json& j, std::string_view where,
+// A layout of a tensor of `tensor_rank` dims; its spec in any vocabulary (docs/concepts.md), a
+// PartitionSpec naming the axes listed under the optional "axes".
+Layout layout_from_json(const json& j, std::string_view where, int tensor_rank,
                         std::optional<DefaultPlacement> placement = {}) {
   try {
     auto shape = field<std::vector<int64_t>>(j, "mesh", where);
@@ -50,7 +52,11 @@ Layout layout_from_json(const json& j, std::string_view where,
         placement && !(j.is_object() && j.contains("devices"))
             ? Mesh::placed(std::move(shape), placement->first_host, placement->devices_per_host)
             : Mesh(std::move(shape), field<std::vector<DeviceId>>(j, "devices", where));
-    return Layout{std::move(mesh), ShardingSpec::parse(field<std::string>(j, "spec", where))};
+    const SpecContext context{
+        tensor_rank, mesh.rank(),
+        field_or<std::vector<std::string>>(j, "axes", where, std::vector<std::string>{})};
+    return Layout{std::move(mesh),
+                  parse_sharding_spec(field<std::string>(j, "spec", where), context)};
   } catch (const InvalidArgument& e) {
     throw ParseError(fmt::format("{}: {}", where, e.what()));
   }
@@ -125,8 +131,8 @@ void read_tensor_spec(const json& j, std::string_view where, TensorSpec& tensor)
 Resharding resharding_from_json(const json& j) {
   Resharding p;
   read_tensor_spec(field<json>(j, "tensor", "document"), "tensor", p.tensor);
-  p.src = layout_from_json(field<json>(j, "src", "document"), "src");
-  p.dst = layout_from_json(field<json>(j, "dst", "document"), "dst");
+  p.src = layout_from_json(field<json>(j, "src", "document"), "src", p.tensor.rank());
+  p.dst = layout_from_json(field<json>(j, "dst", "document"), "dst", p.tensor.rank());
   p.cluster = cluster_from_json(field<json>(j, "cluster", "document"));
   try {
     p.validate();
@@ -165,14 +171,14 @@ Batch batch_from_json(const json& j) {
     read_tensor_spec(t, where, tr.tensor);
     // Default placement as the layout options give it: the source from host 0, the destination
     // from the host after the source's last one.
-    tr.src = layout_from_json(field<json>(t, "src", where), where + ": src",
+    tr.src = layout_from_json(field<json>(t, "src", where), where + ": src", tr.tensor.rank(),
                               DefaultPlacement{0, per_host});
     const auto& src_devices = tr.src.mesh.devices();
     const int after_src =
         src_devices.empty()
             ? 0
             : *std::max_element(src_devices.begin(), src_devices.end()) / per_host + 1;
-    tr.dst = layout_from_json(field<json>(t, "dst", where), where + ": dst",
+    tr.dst = layout_from_json(field<json>(t, "dst", where), where + ": dst", tr.tensor.rank(),
                               DefaultPlacement{after_src, per_host});
     batch.tensors.push_back(std::move(tr));
   }
