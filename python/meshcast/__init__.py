@@ -147,6 +147,7 @@ class Resharder:
             if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
                 raise ValueError("comm: expected MPI.COMM_WORLD (rank r plays device r)")
         self._core = _core.Resharder(plan, backend, threads)
+        self._names = self._core.tensor_names
         self.plan = plan
 
     @property
@@ -158,7 +159,7 @@ class Resharder:
         """Starts moving `src` {device: array} (a batch: {name: {device: array}}) into `out`
         (allocated when None) and returns; wait() returns the outputs. The GIL is released while
         the bytes move."""
-        names = self._core.tensor_names
+        names = self._names
         batched = len(names) > 1
         what = "{name: {device: array}}" if batched else "{device: array}"
         if not isinstance(src, dict):
