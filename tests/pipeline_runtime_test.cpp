@@ -7,67 +7,27 @@
 
 #include "meshcast/error.h"
 #include "meshcast/runtime/local/local_executor.h"
+#include "pipeline_models.h"
 
 namespace meshcast::pipeline {
 namespace {
 
 using nlohmann::json;
 
-// Three stages of two devices on three hosts: the middle stage holds the activation replicated,
-// so every strategy has real work (a scatter of rows, then a gather of them).
-json chain_model(double forward_s = 0.001) {
-  json j = json::parse(R"({
-    "cluster": {"hosts": 3, "devices_per_host": 2, "nic_gbps": 10, "dev_gbps": 100},
-    "microbatches": 4,
-    "stages": [
-      {"mesh": "2", "first_host": 0, "forward_s": 0.001},
-      {"mesh": "2", "first_host": 1, "forward_s": 0.001},
-      {"mesh": "2", "first_host": 2, "forward_s": 0.001}
-    ],
-    "edges": [
-      {"from": 0, "to": 1, "tensors": [{"shape": [8, 6], "src_spec": "S0R", "dst_spec": "RR"}]},
-      {"from": 1, "to": 2, "tensors": [{"shape": [8, 6], "src_spec": "RR", "dst_spec": "S0R"}]}
-    ]
-  })");
-  for (auto& st : j["stages"]) st["forward_s"] = forward_s;
-  return j;
-}
-
-// U-Transformer-like: four stages with skip connections 0->3 and 0->2 (two tensors), stage 2
-// replicated.
-json skip_model() {
-  return json::parse(R"({
-    "cluster": {"hosts": 4, "devices_per_host": 2, "nic_gbps": 10, "dev_gbps": 100},
-    "microbatches": 4,
-    "stages": [
-      {"mesh": "2", "first_host": 0, "forward_s": 0.001},
-      {"mesh": "2", "first_host": 1, "forward_s": 0.001},
-      {"mesh": "2", "first_host": 2, "forward_s": 0.001},
-      {"mesh": "2", "first_host": 3, "forward_s": 0.001}
-    ],
-    "edges": [
-      {"from": 0, "to": 1, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "S0R"}]},
-      {"from": 1, "to": 2, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "RR"}]},
-      {"from": 2, "to": 3, "tensors": [{"shape": [12, 5], "src_spec": "RR", "dst_spec": "S0R"}]},
-      {"from": 0, "to": 3, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "S0R"}]},
-      {"from": 0, "to": 2, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "RR"},
-                                       {"shape": [12, 5], "src_spec": "S0R", "dst_spec": "RR"}]}
-    ]
-  })");
+std::unique_ptr<Executor> local_executor() {
+  return make_local_executor({.threads = 1});
 }
 
 RuntimeResult play(const PipelineModel& model, ScheduleKind kind, const RuntimeOptions& options) {
-  auto executor = make_local_executor({.threads = 2});
   const Schedule schedule =
       make_schedule(kind, static_cast<int>(model.stages.size()), model.microbatches);
-  return run_pipeline(model, schedule, *executor, options);
+  return run_pipeline(model, schedule, local_executor, options);
 }
 
 std::string rejection(const PipelineModel& model, const Schedule& schedule,
                       const RuntimeOptions& options = {}) {
-  auto executor = make_local_executor({.threads = 2});
   try {
-    run_pipeline(model, schedule, *executor, options);
+    run_pipeline(model, schedule, local_executor, options);
   } catch (const InvalidArgument& e) {
     return e.what();
   }
@@ -77,28 +37,12 @@ std::string rejection(const PipelineModel& model, const Schedule& schedule,
 // The proof that schedules and reshardings are right: every weight gradient of the pipelined run
 // equals the whole model's, for every schedule, strategy and overlap, with and without skips.
 TEST(PipelineRuntime, RealGradientsMatchTheWholeModelForEveryMethod) {
-  for (const json& doc : {chain_model(), skip_model()}) {
-    const PipelineModel model = model_from_json(doc);
-    for (ScheduleKind kind : generated_kinds())
-      for (Strategy strategy : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
-        for (bool overlap : {true, false}) {
-          SCOPED_TRACE(fmt::format("{} stages, {}, {}, overlap {}", model.stages.size(),
-                                   to_string(kind), to_string(strategy), overlap));
-          const RuntimeResult r = play(model, kind,
-                                       {.compute = ComputeMode::real,
-                                        .strategy = strategy,
-                                        .overlap = overlap,
-                                        .warmup_iterations = 0});
-          ASSERT_TRUE(r.gradient_error.has_value());
-          EXPECT_LE(*r.gradient_error, 1e-5);
-          EXPECT_GT(r.measured.makespan_s, 0);
-          EXPECT_EQ(r.measured.transfers.size(), 2 * model.microbatches * model.edges.size());
-        }
-  }
+  for (const json& doc : {test_models::chain_model(), test_models::skip_model()})
+    test_models::check_every_method(model_from_json(doc), local_executor, true);
 }
 
 TEST(PipelineRuntime, MeasuredPeakInFlightEqualsTheSchedulesPrediction) {
-  const PipelineModel model = model_from_json(skip_model());
+  const PipelineModel model = model_from_json(test_models::skip_model());
   for (ScheduleKind kind : generated_kinds()) {
     SCOPED_TRACE(to_string(kind));
     const RuntimeResult r = play(model, kind, {.warmup_iterations = 0});
@@ -113,7 +57,7 @@ TEST(PipelineRuntime, MeasuredPeakInFlightEqualsTheSchedulesPrediction) {
 // Every compute step of the measured timeline waits for its input: a forward of stage i+1 starts
 // after the transfer of its activation arrived, which started after stage i's forward ended.
 TEST(PipelineRuntime, StagesComputeOnlyOnArrivedData) {
-  const PipelineModel model = model_from_json(chain_model());
+  const PipelineModel model = model_from_json(test_models::chain_model());
   const RuntimeResult r = play(model, ScheduleKind::eager_1f1b, {.warmup_iterations = 0});
   for (const auto& t : r.measured.transfers) {
     const auto& producer = r.measured.timeline[t.from_stage];
@@ -138,7 +82,7 @@ double median(std::vector<double> v) {
 // any number of microbatches, because the extra warm-up forwards hide it.
 TEST(PipelineRuntime, EagerOneFOneBGrowsByTwoNMinusOneTransferDelays) {
   const double forward = 0.02, delay = 0.01;
-  json doc = chain_model(forward);
+  json doc = test_models::chain_model(forward);
   doc["stages"].push_back({{"mesh", "2"}, {"first_host", 3}, {"forward_s", forward}});
   doc["cluster"]["hosts"] = 4;
   doc["edges"].push_back(
@@ -161,7 +105,7 @@ TEST(PipelineRuntime, EagerOneFOneBGrowsByTwoNMinusOneTransferDelays) {
 }
 
 TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
-  const PipelineModel model = model_from_json(chain_model());
+  const PipelineModel model = model_from_json(test_models::chain_model());
   // Stage 1 waits for the gradient of microbatch 0 before it forwards microbatch 1, which stage 2
   // needs before it runs the backward of microbatch 0.
   const Schedule deadlock =
@@ -171,13 +115,13 @@ TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
   EXPECT_NE(rejection(model, make_schedule(ScheduleKind::gpipe, 2, 4)).find("3 stages"),
             std::string::npos);
 
-  json fixed = chain_model();
+  json fixed = test_models::chain_model();
   fixed["edges"][1] = {{"from", 1}, {"to", 2}, {"time_s", 0.1}};
   EXPECT_NE(rejection(model_from_json(fixed), make_schedule(ScheduleKind::gpipe, 3, 4))
                 .find("edge 1->2 gives a fixed time"),
             std::string::npos);
 
-  json mixed = chain_model();
+  json mixed = test_models::chain_model();
   mixed["edges"][1]["tensors"][0]["src_spec"] = "S0R";  // stage 1 receives RR, sends S0R
   EXPECT_NE(rejection(model_from_json(mixed), make_schedule(ScheduleKind::gpipe, 3, 4),
                       {.compute = ComputeMode::real})

@@ -46,6 +46,23 @@ trap 'rm -f "$LINKS"' EXIT
 echo '{"nic_gbps": 0.3, "dev_gbps": 4, "latency_us": 200}' >"$LINKS"
 check bench-mpi-cluster 0 "^7 .* [0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{3}$" 5 -- \
   "${MPIRUN[@]}" -np 12 "$MESHCAST" bench --backend mpi --cases 7 --bytes 65536 --iters 1 --verify --cluster "$LINKS"
+# meshcast pipeline --run --backend mpi: one rank per device, every method's gradients verified,
+# one report; a wrong rank count is one clear error on every rank and no hang.
+CHAIN=$(mktemp)
+trap 'rm -f "$LINKS" "$CHAIN"' EXIT
+echo '{"cluster": {"hosts": 3, "devices_per_host": 2}, "microbatches": 4,
+  "stages": [{"mesh": "2", "first_host": 0, "forward_s": 0.002}, {"mesh": "2", "first_host": 1, "forward_s": 0.002},
+             {"mesh": "2", "first_host": 2, "forward_s": 0.002}],
+  "edges": [{"from": 0, "to": 1, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "RR"}]},
+            {"from": 1, "to": 2, "tensors": [{"shape": [8, 16], "src_spec": "RR", "dst_spec": "S0R"}]}]}' >"$CHAIN"
+check pipeline-mpi-verify 0 " yes$" 8 -- \
+  "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi --compute real --verify
+check pipeline-mpi-verify-no-overlap 0 '"verified":true' 1 -- \
+  "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi --compute real --verify --no-overlap --format json
+check pipeline-mpi-timed 0 "^eager-1f1b +eager-1f1b" 1 -- \
+  "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi
+check pipeline-mpi-wrong-rank-count nonzero "has 6 devices \(3 hosts x 2 per host\), but MPI started 4 ranks" 4 -- \
+  "${MPIRUN[@]}" -np 4 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

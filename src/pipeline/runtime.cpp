@@ -91,16 +91,45 @@ void block_forward(const Weights& w, int64_t rows, int64_t h, Stash& s) {
   matmul(s.hidden.data(), w.w2, rows, h, false, s.y.data());
 }
 
-// dy in, dx out (rows x h); the weight gradients accumulate into `g`.
+// The weight gradients of rows whose input, hidden state, output gradient and pre-activation
+// gradient are given.
+void accumulate_gradients(const float* x, const float* hidden, const float* dy, const float* da,
+                          int64_t rows, int64_t h, Gradients& g) {
+  accumulate_outer(hidden, dy, rows, h, g.w2);
+  accumulate_outer(x, da, rows, h, g.w1);
+}
+
+// dy in; da (the gradient before tanh) and dx out, rows x h.
 void block_backward(const Weights& w, int64_t rows, int64_t h, const Stash& s,
-                    const std::vector<float>& dy, Gradients& g, std::vector<float>& dx) {
-  accumulate_outer(s.hidden.data(), dy.data(), rows, h, g.w2);
-  std::vector<float> da(rows * h);
+                    const std::vector<float>& dy, std::vector<float>& da, std::vector<float>& dx) {
+  da.resize(rows * h);
   matmul(dy.data(), w.w2, rows, h, true, da.data());
   for (int64_t i = 0; i < rows * h; ++i) da[i] *= 1.0f - s.hidden[i] * s.hidden[i];
-  accumulate_outer(s.x.data(), da.data(), rows, h, g.w1);
   dx.resize(rows * h);
   matmul(da.data(), w.w1, rows, h, true, dx.data());
+}
+
+// The rows of `box` (whose last dimension is whole) out of a row-major tensor of `shape`.
+std::vector<float> slice_rows(const std::vector<float>& full, const std::vector<int64_t>& shape,
+                              const Box& box) {
+  const int rank = static_cast<int>(shape.size());
+  const int64_t h = shape.back();
+  std::vector<float> out;
+  out.reserve(box.volume());
+  if (box.volume() == 0) return out;
+  std::vector<int64_t> index(rank - 1);
+  for (int d = 0; d + 1 < rank; ++d) index[d] = box.dims[d].lo;
+  while (true) {
+    int64_t row = 0;
+    for (int d = 0; d + 1 < rank; ++d) row = row * shape[d] + index[d];
+    out.insert(out.end(), full.begin() + row * h, full.begin() + (row + 1) * h);
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++index[d] < box.dims[d].hi) break;
+      index[d] = box.dims[d].lo;
+    }
+    if (d < 0) return out;
+  }
 }
 
 // The input of the first stage: element (row, j) of microbatch mb, from its global index.
@@ -126,60 +155,28 @@ void add_into(std::vector<float>& sum, const float* part, int64_t n) {
   for (int64_t i = 0; i < n; ++i) sum[i] += part[i];
 }
 
-// ---- Transfers: compiled plans with their tile buffers, pooled per (edge, tensor, direction). --
+// ---- Transfers ----
 
-struct Slot {
-  std::unique_ptr<CompiledPlan> plan;
-  std::vector<TileBuffers> buffers;
-  std::vector<DeviceBuffers> views;
-  std::vector<int> index_of;  // per device of the cluster: its entry in `buffers`, -1: none
-
-  TileBuffers& of(DeviceId device) { return buffers[index_of[device]]; }
+// One direction of one edge: its messages (one per microbatch) go one at a time in the order the
+// sender posts them, as the simulator's channel per stage pair. Each tensor of the edge has one
+// compiled plan on an executor of the channel's own, and every message its own tile buffers.
+struct Channel {
+  int edge = 0;
+  Payload payload = Payload::activation;
+  std::unique_ptr<Executor> executor;
+  std::vector<std::unique_ptr<CompiledPlan>> plans = {};  // per tensor
+  std::vector<Resharding> problems = {};                  // per tensor
+  std::vector<int> order = {};                            // message ids in posting order
+  bool sends_here = false;  // this process holds devices of the sending stage
+  bool here = false;        // this process holds devices of either stage
 };
 
-class SlotPool {
- public:
-  SlotPool(Executor& executor, Resharding problem, Plan plan)
-      : executor_(executor), problem_(std::move(problem)), plan_(std::move(plan)) {}
-
-  Slot* acquire() {
-    std::lock_guard lock(mutex_);
-    if (!free_.empty()) {
-      Slot* s = free_.back();
-      free_.pop_back();
-      return s;
-    }
-    auto slot = std::make_unique<Slot>();
-    slot->plan = executor_.compile(plan_);
-    slot->buffers = allocate_tile_buffers(problem_, slot->plan->devices_here());
-    slot->views = buffer_views(slot->buffers);
-    slot->index_of.assign(problem_.cluster.devices(), -1);
-    for (size_t i = 0; i < slot->buffers.size(); ++i)
-      slot->index_of[slot->buffers[i].device] = static_cast<int>(i);
-    all_.push_back(std::move(slot));
-    return all_.back().get();
-  }
-  void release(Slot* slot) {
-    std::lock_guard lock(mutex_);
-    free_.push_back(slot);
-  }
-  const Resharding& problem() const { return problem_; }
-
- private:
-  Executor& executor_;
-  Resharding problem_;
-  Plan plan_;
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<Slot>> all_;
-  std::vector<Slot*> free_;
-};
-
-// One message of the lowered schedule in flight: a slot per tensor of its edge.
 struct MessageState {
-  std::vector<Slot*> slots;
+  std::vector<std::vector<TileBuffers>> buffers;  // per tensor, per device here
+  std::vector<std::vector<DeviceBuffers>> views;
+  bool posted = false;
   bool arrived = false;
-  Clock::time_point posted, arrival;
-  std::jthread waiter;
+  Clock::time_point posted_at;
 };
 
 struct StageRecord {
@@ -188,46 +185,49 @@ struct StageRecord {
   int peak_held = 0;
 };
 
+TileBuffers& buffers_of(std::vector<TileBuffers>& list, DeviceId device) {
+  for (auto& b : list)
+    if (b.device == device) return b;
+  throw InvalidArgument(fmt::format("device {} has no buffers in this message", device));
+}
+
 class Run {
  public:
-  Run(const PipelineModel& model, const Schedule& schedule, Executor& executor,
+  Run(const PipelineModel& model, const Schedule& schedule, const ExecutorFactory& make_executor,
       const RuntimeOptions& options)
-      : model_(model),
-        schedule_(schedule),
-        executor_(executor),
-        options_(options),
-        lowered_(checked_lower()) {
-    const int edges = static_cast<int>(model.edges.size());
-    for (int e = 0; e < edges; ++e)
-      for (const auto& t : model.edges[e].tensors)
-        for (bool gradient : {false, true}) {
-          Resharding r = edge_resharding(model, model.edges[e], t, gradient);
-          Plan plan = make_plan(r, PlanOptions{.strategy = options.strategy});
-          pools_[key(e, &t - model.edges[e].tensors.data(), gradient)] =
-              std::make_unique<SlotPool>(executor, std::move(r), std::move(plan));
-        }
-    for (size_t id = 0; id < lowered_.messages.size(); ++id) {
-      const Message& msg = lowered_.messages[id];
-      message_id_[{msg.edge, msg.microbatch, msg.payload == Payload::gradient}] =
-          static_cast<int>(id);
-    }
+      : model_(model), schedule_(schedule), options_(options), lowered_(checked_lower()) {
+    here_.assign(model.cluster.devices(), false);
+    make_channels(make_executor);
+    for (int d = 0; d < schedule.stages; ++d)
+      for (DeviceId dev : model.stages[d].mesh.devices())
+        if (here_[dev]) stage_here_.push_back(d);
+    std::sort(stage_here_.begin(), stage_here_.end());
+    stage_here_.erase(std::unique(stage_here_.begin(), stage_here_.end()), stage_here_.end());
     if (options.compute == ComputeMode::real) prepare_real();
   }
 
   RuntimeResult play() {
     for (int i = 0; i < options_.warmup_iterations; ++i) iterate();
-    const double makespan = iterate();
+    double makespan = iterate();
+    Executor& collective = *channels_.front().executor;
+    makespan = collective.max_over_processes(makespan);
     RuntimeResult out;
     out.predicted_peak_in_flight = peak_in_flight(schedule_);
     PipelineResult& r = out.measured;
     r.makespan_s = makespan;
     double idle_total = 0;
     for (int d = 0; d < schedule_.stages; ++d) {
+      // Each stage's figures from the process that plays it (the others give 0).
+      const bool mine = std::find(stage_here_.begin(), stage_here_.end(), d) != stage_here_.end() &&
+                        leads_stage(d);
       StageReport st;
       for (const Span& s : records_[d].timeline)
         (s.kind == SpanKind::comm ? st.comm_wait_s : st.busy_s) += s.end - s.start;
+      st.busy_s = collective.max_over_processes(mine ? st.busy_s : 0);
+      st.comm_wait_s = collective.max_over_processes(mine ? st.comm_wait_s : 0);
+      st.peak_in_flight =
+          static_cast<int>(collective.max_over_processes(mine ? records_[d].peak_held : 0));
       st.idle_s = std::max(0.0, makespan - st.busy_s);
-      st.peak_in_flight = records_[d].peak_held;
       double held = 0;
       for (const auto& step : schedule_.order[d]) {
         const double bytes = model_.stages[schedule_.virtual_stage(d, step.chunk)].activation_bytes;
@@ -245,15 +245,12 @@ class Run {
       r.bubble_fraction = idle_total / (schedule_.stages * makespan);
       r.microbatches_per_s = schedule_.microbatches / makespan;
     }
-    if (options_.compute == ComputeMode::real) out.gradient_error = gradient_error();
+    if (options_.compute == ComputeMode::real)
+      out.gradient_error = collective.max_over_processes(gradient_error());
     return out;
   }
 
  private:
-  static int64_t key(int edge, int64_t tensor, bool gradient) {
-    return (int64_t{edge} * 1024 + tensor) * 2 + (gradient ? 1 : 0);
-  }
-
   std::vector<Edge> model_edges() const {
     std::vector<Edge> edges;
     for (const auto& e : model_.edges) edges.push_back(e.edge);
@@ -262,11 +259,6 @@ class Run {
 
   // Checks everything before anything is compiled or started, then lowers.
   LoweredSchedule checked_lower() const {
-    if (executor_.backend() != "local")
-      throw InvalidArgument(
-          fmt::format("the pipeline runtime plays every stage in this process: backend '{}' is not "
-                      "supported, expected local",
-                      executor_.backend()));
     if (schedule_.virtual_stages() != static_cast<int>(model_.stages.size()))
       throw InvalidArgument(
           fmt::format("the schedule has {} virtual stages, the model {} stages: expected equal",
@@ -294,6 +286,47 @@ class Run {
           fmt::format("bad warm-up iteration count {}: expected >= 0", options_.warmup_iterations));
     return lower(schedule_, model_edges());
   }
+
+  // Every process makes every channel's executor and plans in the same order (MPI: collective).
+  void make_channels(const ExecutorFactory& make_executor) {
+    messages_.resize(lowered_.messages.size());
+    for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e)
+      for (Payload payload : {Payload::activation, Payload::gradient}) {
+        Channel c{.edge = e, .payload = payload, .executor = make_executor()};
+        for (const auto& t : model_.edges[e].tensors) {
+          c.problems.push_back(
+              edge_resharding(model_, model_.edges[e], t, payload == Payload::gradient));
+          c.plans.push_back(c.executor->compile(
+              make_plan(c.problems.back(), PlanOptions{.strategy = options_.strategy})));
+          for (DeviceId d : c.plans.back()->devices_here()) here_[d] = true;
+        }
+        channels_.push_back(std::move(c));
+      }
+    for (auto& c : channels_) {
+      const Edge& edge = model_.edges[c.edge].edge;
+      const int from = c.payload == Payload::activation ? edge.from : edge.to;
+      const int to = c.payload == Payload::activation ? edge.to : edge.from;
+      for (DeviceId d : model_.stages[from].mesh.devices()) c.sends_here = c.sends_here || here_[d];
+      c.here = c.sends_here;
+      for (DeviceId d : model_.stages[to].mesh.devices()) c.here = c.here || here_[d];
+      // Posting order: the sender's program order.
+      for (const Action& a : lowered_.programs[from])
+        if (a.kind == ActionKind::send && lowered_.messages[a.message].edge == c.edge &&
+            lowered_.messages[a.message].payload == c.payload)
+          c.order.push_back(a.message);
+      if (!c.here) continue;
+      for (int id : c.order) {
+        MessageState& m = messages_[id];
+        for (size_t t = 0; t < c.plans.size(); ++t) {
+          m.buffers.push_back(allocate_tile_buffers(c.problems[t], c.plans[t]->devices_here()));
+          m.views.push_back(buffer_views(m.buffers.back()));
+        }
+      }
+    }
+  }
+
+  // The process that reports a stage: the one holding its first device.
+  bool leads_stage(int d) const { return here_[model_.stages[d].mesh.devices().front()]; }
 
   // ---- real compute: one tile per device and stage, checked once ----
 
@@ -347,139 +380,141 @@ class Run {
 
   int64_t rows(int vs, DeviceId d) const { return tile_[vs][d]->volume() / h_; }
 
+  std::vector<DeviceId> devices_here(int vs) const {
+    std::vector<DeviceId> out;
+    for (DeviceId d : model_.stages[vs].mesh.devices())
+      if (here_[d]) out.push_back(d);
+    return out;
+  }
+
   void reset_gradients() {
     gradients_.assign(model_.stages.size(), {});
     for (size_t vs = 0; vs < model_.stages.size(); ++vs)
-      for (DeviceId d : model_.stages[vs].mesh.devices())
+      for (DeviceId d : devices_here(static_cast<int>(vs)))
         gradients_[vs][d] = {std::vector<double>(h_ * h_), std::vector<double>(h_ * h_)};
   }
 
   // ---- one iteration ----
 
   double iterate() {
-    const int stages = schedule_.stages;
-    messages_ = std::vector<MessageState>(lowered_.messages.size());
-    records_ = std::vector<StageRecord>(stages);
+    for (auto& m : messages_) m.posted = m.arrived = false;
+    records_ = std::vector<StageRecord>(schedule_.stages);
     transfers_.clear();
     stash_.assign(model_.stages.size(), {});
     if (options_.compute == ComputeMode::real) reset_gradients();
     failure_ = nullptr;
     aborted_ = false;
+    channels_.front().executor->barrier();
     start_ = Clock::now();
     {
       std::vector<std::jthread> threads;
-      for (int d = 0; d < stages; ++d) threads.emplace_back([this, d] { play_stage(d); });
+      for (auto& c : channels_)
+        if (c.here) threads.emplace_back([this, &c] { guarded([&] { play_channel(c); }); });
+      for (int d : stage_here_)
+        threads.emplace_back([this, d] { guarded([&] { play_stage(d); }); });
     }
+    if (failure_) std::rethrow_exception(failure_);
     double makespan = 0;
     for (const auto& rec : records_)
       for (const auto& s : rec.timeline) makespan = std::max(makespan, s.end);
-    messages_.clear();  // joins the waiters
-    if (failure_) std::rethrow_exception(failure_);
     return makespan;
   }
 
-  void play_stage(int d) {
+  template <class F>
+  void guarded(F&& body) {
     try {
-      for (const Action& a : lowered_.programs[d]) {
-        if (aborted_) return;
-        switch (a.kind) {
-          case ActionKind::recv:
-            await(d, a.message);
-            break;
-          case ActionKind::compute:
-            compute(d, schedule_.order[d][a.step]);
-            break;
-          case ActionKind::send:
-            post(a.message);
-            if (!options_.overlap) await(d, a.message);
-            break;
-        }
-      }
+      body();
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!failure_) failure_ = std::current_exception();
       aborted_ = true;
-      arrived_.notify_all();
+      changed_.notify_all();
+    }
+  }
+
+  // Plays the channel's messages one at a time: waits until this process's sending stage has
+  // posted one (a receiving process starts its part at once, ready for the data), moves it, and
+  // marks it arrived once every tensor is done and the emulated time has passed.
+  void play_channel(Channel& c) {
+    for (int id : c.order) {
+      MessageState& m = messages_[id];
+      if (c.sends_here) {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return m.posted || aborted_; });
+        if (aborted_) return;
+      }
+      const Clock::time_point began = c.sends_here ? m.posted_at : Clock::now();
+      for (size_t t = 0; t < c.plans.size(); ++t) {
+        c.plans[t]->start(m.views[t]);
+        c.plans[t]->wait();
+      }
+      std::this_thread::sleep_until(began + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(floor_s(id))));
+      std::lock_guard lock(mutex_);
+      m.arrived = true;
+      const Message& info = lowered_.messages[id];
+      transfers_.push_back({id, info.from_stage, info.to_stage, info.payload, info.microbatch,
+                            seconds_between(start_, began), now()});
+      changed_.notify_all();
+    }
+  }
+
+  // The least time a transfer takes: the injected delay, or its emulated network time.
+  double floor_s(int id) const {
+    double floor = options_.transfer_delay_s;
+    if (options_.emulated_network) {
+      const Message& info = lowered_.messages[id];
+      const EdgeCost& cost = options_.emulated_network->edges[info.edge];
+      floor = std::max(floor,
+                       info.payload == Payload::activation ? cost.activation_s : cost.gradient_s);
+    }
+    return floor;
+  }
+
+  void play_stage(int d) {
+    for (const Action& a : lowered_.programs[d]) {
+      if (aborted_) return;
+      switch (a.kind) {
+        case ActionKind::recv:
+          await(d, a.message);
+          break;
+        case ActionKind::compute:
+          compute(d, schedule_.order[d][a.step]);
+          break;
+        case ActionKind::send: {
+          std::lock_guard lock(mutex_);
+          messages_[a.message].posted = true;
+          messages_[a.message].posted_at = Clock::now();
+          changed_.notify_all();
+        }
+          if (!options_.overlap) await(d, a.message);
+          break;
+      }
     }
   }
 
   double now() const { return seconds_between(start_, Clock::now()); }
 
-  // Blocks stage d until message `id` has fully arrived; the wait is the stage's comm time.
+  // Blocks stage d until message `id` is done here; the wait is the stage's comm time.
   void await(int d, int id) {
     const double from = now();
     {
       std::unique_lock lock(mutex_);
-      arrived_.wait(lock, [&] { return messages_[id].arrived || aborted_; });
+      changed_.wait(lock, [&] { return messages_[id].arrived || aborted_; });
     }
     const double to = now();
     if (to > from) records_[d].timeline.push_back({SpanKind::comm, -1, 0, from, to});
   }
 
-  // Starts every tensor's plan of message `id` (their source tiles are filled) and a waiter that
-  // marks the message arrived once all are done and the injected delay has passed.
-  void post(int id) {
-    MessageState& m = messages_[id];
-    m.posted = Clock::now();
-    for (Slot* s : m.slots) s->plan->start(s->views);
-    double floor_s = options_.transfer_delay_s;
-    if (options_.emulated_network) {
-      const Message& info = lowered_.messages[id];
-      const EdgeCost& cost = options_.emulated_network->edges[info.edge];
-      floor_s = std::max(floor_s,
-                         info.payload == Payload::activation ? cost.activation_s : cost.gradient_s);
-    }
-    m.waiter = std::jthread([this, id, floor_s] {
-      MessageState& msg = messages_[id];
-      std::this_thread::sleep_until(msg.posted + std::chrono::duration_cast<Clock::duration>(
-                                                     std::chrono::duration<double>(floor_s)));
-      for (Slot* s : msg.slots) s->plan->wait();
-      std::lock_guard lock(mutex_);
-      msg.arrival = Clock::now();
-      msg.arrived = true;
-      const Message& info = lowered_.messages[id];
-      transfers_.push_back({id, info.from_stage, info.to_stage, info.payload, info.microbatch,
-                            seconds_between(start_, msg.posted),
-                            seconds_between(start_, msg.arrival)});
-      arrived_.notify_all();
-    });
-  }
-
   int message(int edge, int microbatch, Payload payload) const {
-    return message_id_.at({edge, microbatch, payload == Payload::gradient});
-  }
-
-  // Slots for the messages a step sends: acquired here, so the step writes into their sources.
-  void acquire_outgoing(int vs, const Step& step) {
-    const bool forward = step.pass == Pass::forward;
-    for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e) {
-      const Edge& edge = model_.edges[e].edge;
-      if ((forward ? edge.from : edge.to) != vs) continue;
-      MessageState& m =
-          messages_[message(e, step.microbatch, forward ? Payload::activation : Payload::gradient)];
-      for (size_t t = 0; t < model_.edges[e].tensors.size(); ++t)
-        m.slots.push_back(pools_.at(key(e, static_cast<int64_t>(t), !forward))->acquire());
-    }
-  }
-
-  // The slots of the messages a step received, handed back once the step has read them.
-  void release_incoming(int vs, const Step& step) {
-    const bool forward = step.pass == Pass::forward;
-    for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e) {
-      const Edge& edge = model_.edges[e].edge;
-      if ((forward ? edge.to : edge.from) != vs) continue;
-      MessageState& m =
-          messages_[message(e, step.microbatch, forward ? Payload::activation : Payload::gradient)];
-      for (size_t t = 0; t < m.slots.size(); ++t)
-        pools_.at(key(e, static_cast<int64_t>(t), !forward))->release(m.slots[t]);
-    }
+    const int m = schedule_.microbatches;
+    return (edge * m + microbatch) * 2 + (payload == Payload::gradient ? 1 : 0);
   }
 
   void compute(int d, const Step& step) {
     const int vs = schedule_.virtual_stage(d, step.chunk);
     const bool forward = step.pass == Pass::forward;
     const double from = now();
-    acquire_outgoing(vs, step);
     if (options_.compute == ComputeMode::timed) {
       const auto& st = model_.stages[vs];
       std::this_thread::sleep_until(
@@ -490,7 +525,6 @@ class Run {
     } else {
       real_backward(vs, step.microbatch);
     }
-    release_incoming(vs, step);
     StageRecord& rec = records_[d];
     rec.held += forward ? 1 : -1;
     rec.peak_held = std::max(rec.peak_held, rec.held);
@@ -498,8 +532,8 @@ class Run {
                             step.chunk, from, now()});
   }
 
-  // Sums, per device, the tiles of the stage's incoming messages of this pass (activations of its
-  // in-edges, or gradients of its out-edges) into `sum`; false when there are none.
+  // Sums, for device d, the tiles of the stage's incoming messages of this pass (activations of
+  // its in-edges, or gradients of its out-edges) into `sum`; false when there are none.
   bool gather_incoming(int vs, int microbatch, Payload payload, DeviceId d,
                        std::vector<float>& sum) {
     bool any = false;
@@ -507,8 +541,8 @@ class Run {
     for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e) {
       const Edge& edge = model_.edges[e].edge;
       if ((payload == Payload::activation ? edge.to : edge.from) != vs) continue;
-      for (Slot* s : messages_[message(e, microbatch, payload)].slots) {
-        const auto& dst = s->of(d).dst;
+      for (auto& list : messages_[message(e, microbatch, payload)].buffers) {
+        const auto& dst = buffers_of(list, d).dst;
         add_into(sum, reinterpret_cast<const float*>(dst.data()), static_cast<int64_t>(sum.size()));
         any = true;
       }
@@ -516,22 +550,20 @@ class Run {
     return any;
   }
 
-  // Writes `data` (the device's tile) into the source tile of every outgoing message's tensor.
+  // Writes `data` (device d's tile) into the source tile of every outgoing message's tensor.
   void scatter_outgoing(int vs, int microbatch, Payload payload, DeviceId d,
                         const std::vector<float>& data) {
     for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e) {
       const Edge& edge = model_.edges[e].edge;
       if ((payload == Payload::activation ? edge.from : edge.to) != vs) continue;
-      for (Slot* s : messages_[message(e, microbatch, payload)].slots) {
-        auto& src = s->of(d).src;
-        std::memcpy(src.data(), data.data(), data.size() * sizeof(float));
-      }
+      for (auto& list : messages_[message(e, microbatch, payload)].buffers)
+        std::memcpy(buffers_of(list, d).src.data(), data.data(), data.size() * sizeof(float));
     }
   }
 
   void real_forward(int vs, int microbatch) {
     auto& per_device = stash_[vs][microbatch];
-    for (DeviceId d : model_.stages[vs].mesh.devices()) {
+    for (DeviceId d : devices_here(vs)) {
       Stash& s = per_device[d];
       if (!gather_incoming(vs, microbatch, Payload::activation, d, s.x))
         fill_input(*tile_[vs][d], microbatch, s.x);
@@ -542,24 +574,30 @@ class Run {
 
   void real_backward(int vs, int microbatch) {
     auto& per_device = stash_[vs][microbatch];
-    std::vector<float> dy, dx;
-    for (DeviceId d : model_.stages[vs].mesh.devices()) {
+    std::vector<float> dy, da, dx;
+    for (DeviceId d : devices_here(vs)) {
       Stash& s = per_device[d];
       if (!gather_incoming(vs, microbatch, Payload::gradient, d, dy)) dy = s.y;
-      block_backward(weights_[vs], rows(vs, d), h_, s, dy, gradients_[vs][d], dx);
+      block_backward(weights_[vs], rows(vs, d), h_, s, dy, da, dx);
+      accumulate_gradients(s.x.data(), s.hidden.data(), dy.data(), da.data(), rows(vs, d), h_,
+                           gradients_[vs][d]);
       scatter_outgoing(vs, microbatch, Payload::gradient, d, dx);
     }
     stash_[vs].erase(microbatch);
   }
 
-  // The same model run whole in this process, microbatch by microbatch, compared with the sum of
-  // the devices' gradients (each distinct tile once: replicas computed the same rows).
+  // The same model run whole in this process, microbatch by microbatch. Each device here must
+  // have the whole model's weight gradient restricted to the rows of its tile (summed over the
+  // devices of distinct tiles they make the stage's gradient).
   double gradient_error() const {
     const int stages = static_cast<int>(model_.stages.size());
-    const Box whole = full_box(model_.edges.front().tensors.front().tensor.shape);
+    const auto& shape = model_.edges.front().tensors.front().tensor.shape;
+    const Box whole = full_box(shape);
     const int64_t rows_all = whole.volume() / h_;
-    std::vector<Gradients> reference(stages);
-    for (auto& g : reference) g = {std::vector<double>(h_ * h_), std::vector<double>(h_ * h_)};
+    std::vector<std::map<DeviceId, Gradients>> reference(stages);
+    for (int vs = 0; vs < stages; ++vs)
+      for (DeviceId d : devices_here(vs))
+        reference[vs][d] = {std::vector<double>(h_ * h_), std::vector<double>(h_ * h_)};
     for (int mb = 0; mb < schedule_.microbatches; ++mb) {
       std::vector<Stash> stash(stages);
       for (int vs = 0; vs < stages; ++vs) {
@@ -577,7 +615,7 @@ class Run {
       }
       std::vector<std::vector<float>> dx(stages);
       for (int vs = stages - 1; vs >= 0; --vs) {
-        std::vector<float> dy(whole.volume(), 0);
+        std::vector<float> dy(whole.volume(), 0), da;
         bool any = false;
         for (const auto& e : model_.edges)
           if (e.edge.from == vs)
@@ -586,43 +624,39 @@ class Run {
               any = true;
             }
         if (!any) dy = stash[vs].y;
-        block_backward(weights_[vs], rows_all, h_, stash[vs], dy, reference[vs], dx[vs]);
+        block_backward(weights_[vs], rows_all, h_, stash[vs], dy, da, dx[vs]);
+        for (auto& [d, g] : reference[vs]) {
+          const Box& box = *tile_[vs][d];
+          accumulate_gradients(slice_rows(stash[vs].x, shape, box).data(),
+                               slice_rows(stash[vs].hidden, shape, box).data(),
+                               slice_rows(dy, shape, box).data(), slice_rows(da, shape, box).data(),
+                               box.volume() / h_, h_, g);
+        }
       }
     }
     double worst = 0;
-    for (int vs = 0; vs < stages; ++vs) {
-      Gradients total{std::vector<double>(h_ * h_), std::vector<double>(h_ * h_)};
-      std::vector<Box> counted;
-      for (DeviceId d : model_.stages[vs].mesh.devices()) {
-        const Box& box = *tile_[vs][d];
-        if (std::find(counted.begin(), counted.end(), box) != counted.end()) continue;
-        counted.push_back(box);
-        const Gradients& g = gradients_[vs].at(d);
-        for (int64_t i = 0; i < h_ * h_; ++i) {
-          total.w1[i] += g.w1[i];
-          total.w2[i] += g.w2[i];
+    for (int vs = 0; vs < stages; ++vs)
+      for (const auto& [d, want] : reference[vs]) {
+        const Gradients& got = gradients_[vs].at(d);
+        for (auto [a, b] : {std::pair{&got.w1, &want.w1}, {&got.w2, &want.w2}}) {
+          double diff = 0, norm = 0;
+          for (int64_t i = 0; i < h_ * h_; ++i) {
+            diff = std::max(diff, std::abs((*a)[i] - (*b)[i]));
+            norm = std::max(norm, std::abs((*b)[i]));
+          }
+          worst = std::max(worst, norm > 0 ? diff / norm : diff);
         }
       }
-      for (auto [got, want] :
-           {std::pair{&total.w1, &reference[vs].w1}, {&total.w2, &reference[vs].w2}}) {
-        double diff = 0, norm = 0;
-        for (int64_t i = 0; i < h_ * h_; ++i) {
-          diff = std::max(diff, std::abs((*got)[i] - (*want)[i]));
-          norm = std::max(norm, std::abs((*want)[i]));
-        }
-        worst = std::max(worst, norm > 0 ? diff / norm : diff);
-      }
-    }
     return worst;
   }
 
   const PipelineModel& model_;
   const Schedule& schedule_;
-  Executor& executor_;
   RuntimeOptions options_;
   LoweredSchedule lowered_;
-  std::map<int64_t, std::unique_ptr<SlotPool>> pools_;
-  std::map<std::tuple<int, int, bool>, int> message_id_;
+  std::vector<Channel> channels_;
+  std::vector<char> here_;  // per device of the cluster: its buffers are in this process
+  std::vector<int> stage_here_;
 
   // real compute
   int64_t h_ = 0;
@@ -636,7 +670,7 @@ class Run {
   std::vector<StageRecord> records_;
   std::vector<TransferSpan> transfers_;
   std::mutex mutex_;
-  std::condition_variable arrived_;
+  std::condition_variable changed_;
   std::exception_ptr failure_;
   std::atomic<bool> aborted_ = false;
   Clock::time_point start_;
@@ -654,9 +688,9 @@ std::string_view to_string(ComputeMode mode) {
   return mode == ComputeMode::timed ? "timed" : "real";
 }
 
-RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule, Executor& executor,
-                           const RuntimeOptions& options) {
-  return Run(model, schedule, executor, options).play();
+RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule,
+                           const ExecutorFactory& make_executor, const RuntimeOptions& options) {
+  return Run(model, schedule, make_executor, options).play();
 }
 
 PipelineModel scale_tensors(PipelineModel model, double factor) {

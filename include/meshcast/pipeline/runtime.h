@@ -4,6 +4,8 @@
 // data that has fully arrived.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -38,7 +40,7 @@ struct RuntimeOptions {
   // When given, every transfer also takes at least its edge's time here (e.g. model_costs(): the
   // simulator's network emulated on in-process copies, which take next to no time themselves).
   std::optional<PipelineCosts> emulated_network = {};
-  // Iterations played before the measured one (they compile plans and fill buffer pools).
+  // Iterations played before the measured one.
   int warmup_iterations = 1;
 };
 
@@ -53,11 +55,20 @@ struct RuntimeResult {
   std::optional<double> gradient_error;
 };
 
-// Throws InvalidArgument before running anything when the schedule does not fit the model (stage
-// count, edges), deadlocks (validate()), an edge has no tensors (a fixed time moves no bytes), the
-// executor is not in-process, or (real compute) the tensors of a stage do not share one shape and
-// one tile per device with an unsharded last dimension.
-RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule, Executor& executor,
+// Makes one executor: the runtime makes one per channel (an edge's activations or its gradients),
+// so that channels move their messages concurrently; under MPI every process makes them in the
+// same order (collective).
+using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
+
+// Plays the schedule on the devices whose buffers this process holds (every device in-process;
+// under MPI one rank per device, each playing its stage's row); measured figures and the gradient
+// check are combined over the processes. Throws InvalidArgument before running anything when the
+// schedule does not fit the model (stage count, edges), deadlocks (validate()), an edge has no
+// tensors (a fixed time moves no bytes), the executor does not fit the cluster (an MPI rank count
+// that differs from its devices), or (real compute) the tensors of a stage do not share one shape
+// and one tile per device with an unsharded last dimension.
+RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule,
+                           const ExecutorFactory& make_executor,
                            const RuntimeOptions& options = {});
 
 // The model with every tensor dimension multiplied by `factor` (rounded, at least 1), so that a

@@ -1,0 +1,43 @@
+// The pipeline runtime under mpirun, one rank per device: every schedule x strategy x overlap with
+// real compute matches the whole model (the test models whose cluster has as many devices as
+// there are ranks: 6 for the chain, 8 for the skip model).
+#include <gtest/gtest.h>
+
+#include "meshcast/runtime/mpi/mpi_executor.h"
+#include "pipeline_models.h"
+
+namespace meshcast::pipeline {
+namespace {
+
+int ranks = 0;
+
+std::unique_ptr<Executor> mpi_executor() {
+  return make_mpi_executor();
+}
+
+TEST(PipelineMpi, RealGradientsMatchTheWholeModelForEveryMethod) {
+  int played = 0;
+  for (const auto& doc : {test_models::chain_model(), test_models::skip_model()}) {
+    const PipelineModel model = model_from_json(doc);
+    if (model.cluster.devices() != ranks) continue;
+    test_models::check_every_method(model, mpi_executor, false);
+    ++played;
+  }
+  EXPECT_EQ(played, 1) << "run with 6 or 8 ranks, not " << ranks;
+}
+
+}  // namespace
+}  // namespace meshcast::pipeline
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto executor = meshcast::make_mpi_executor();
+  meshcast::pipeline::ranks = static_cast<int>(executor->sum_over_processes(1));
+  if (!executor->is_leader()) {  // one report, from rank 0
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS();
+  executor.reset();
+  return failed;
+}
