@@ -81,7 +81,7 @@ double median(std::vector<double> v) {
 // The paper's claim for eager-1F1B: a transfer time c (0 < c <= F) costs 2(n-1)c in total, for
 // any number of microbatches, because the extra warm-up forwards hide it.
 TEST(PipelineRuntime, EagerOneFOneBGrowsByTwoNMinusOneTransferDelays) {
-  const double forward = 0.02, delay = 0.01;
+  const double forward = 0.03, delay = 0.015;
   json doc = test_models::chain_model(forward);
   doc["stages"].push_back({{"mesh", "2"}, {"first_host", 3}, {"forward_s", forward}});
   doc["cluster"]["hosts"] = 4;
@@ -91,17 +91,20 @@ TEST(PipelineRuntime, EagerOneFOneBGrowsByTwoNMinusOneTransferDelays) {
        {"tensors", {{{"shape", {8, 6}}, {"src_spec", "S0R"}, {"dst_spec", "RR"}}}}});
   doc["stages"][0]["backward_s"] = forward;  // B = F for every stage
   for (auto& st : doc["stages"]) st["backward_s"] = forward;
-  doc["microbatches"] = 6;
+  doc["microbatches"] = 4;
   const PipelineModel model = model_from_json(doc);
   const int n = 4;
   std::vector<double> growth;
-  for (int repeat = 0; repeat < 3; ++repeat) {
-    const double free = play(model, ScheduleKind::eager_1f1b, {}).measured.makespan_s;
+  // Five repeats, the median: sleeping threads wake late on a loaded machine.
+  for (int repeat = 0; repeat < 5; ++repeat) {
+    const double free =
+        play(model, ScheduleKind::eager_1f1b, {.warmup_iterations = 0}).measured.makespan_s;
     const double delayed =
-        play(model, ScheduleKind::eager_1f1b, {.transfer_delay_s = delay}).measured.makespan_s;
+        play(model, ScheduleKind::eager_1f1b, {.transfer_delay_s = delay, .warmup_iterations = 0})
+            .measured.makespan_s;
     growth.push_back((delayed - free) / (2 * (n - 1) * delay));
   }
-  EXPECT_NEAR(median(growth), 1.0, 0.3);
+  EXPECT_NEAR(median(growth), 1.0, 0.35);
 }
 
 TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
