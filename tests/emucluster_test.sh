@@ -81,11 +81,19 @@ check_no_processes() {
 run_mpi() { timeout -k 5 $STEP_TIMEOUT "$EMU" --name "$NAME" mpirun -np $((HOSTS * SLOTS)) "$@"; }
 
 # --- MPI sees H distinct nodes, SLOTS ranks each ---------------------------------------------------
-names=$(run_mpi hostname 2>&1)
+# Only stdout counts: mpirun may print warnings of its own (e.g. setpgid under a loaded machine) on
+# stderr, which are shown on failure but are not host names.
+mpi_stderr=$(mktemp)
+names=$(run_mpi hostname 2>"$mpi_stderr")
 counts=$(sort <<<"$names" | uniq -c | awk '{print $1 " " $2}' | tr '\n' ',')
 expected=""
 for ((h = 0; h < HOSTS; h++)); do expected+="$SLOTS $NAME-h$h,"; done
-if [[ $counts == "$expected" ]]; then pass "hostnames: $counts"; else fail "hostnames: got '$counts', expected '$expected'"; fi
+if [[ $counts == "$expected" ]]; then
+  pass "hostnames: $counts"
+else
+  fail "hostnames: got '$counts', expected '$expected'; mpirun's stderr: $(cat "$mpi_stderr")"
+fi
+rm -f "$mpi_stderr"
 check_no_processes hostname
 
 # --- calibration: shaped NIC rate, shared memory inside a host ------------------------------------
