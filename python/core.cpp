@@ -306,6 +306,15 @@ class Resharder {
         here_.push_back({static_cast<int>(i), device, tiles_of(plan_.problem, device)});
   }
 
+  // A run still in flight finishes before its buffers' owners and the plan go.
+  ~Resharder() {
+    if (!running_) return;
+    py::gil_scoped_release release;
+    compiled_->wait();
+  }
+  Resharder(const Resharder&) = delete;
+  Resharder& operator=(const Resharder&) = delete;
+
   std::vector<DeviceId> devices_here() const { return compiled_->devices_here(); }
   std::vector<std::string> tensor_names() const {
     std::vector<std::string> names;
