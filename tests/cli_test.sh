@@ -178,5 +178,37 @@ check model-bad-heads 2 "bad heads 7: expected a divisor of hidden 64" -- "$MESH
 check model-nothing-written 1 "" -- test -e "$TMP/bad.json"
 rm -rf "$TMP"
 
+# --batch: several tensors planned, simulated and run together; bad batch files are refused
+# naming the tensor, with exit 2.
+BATCH_DIR=$(mktemp -d)
+cat >"$BATCH_DIR/batch.json" <<'JSON'
+{"cluster": {"hosts": 3, "devices_per_host": 2},
+ "tensors": [{"name": "layers.0.w", "shape": [8, 6], "dtype": "bfloat16",
+              "src": {"mesh": [2], "spec": "S0R"}, "dst": {"mesh": [2, 2], "spec": "S1S0"}},
+             {"name": "layers.1.w", "shape": [8, 6], "dtype": "bfloat16",
+              "src": {"mesh": [2], "spec": "RS0"}, "dst": {"mesh": [2, 2], "spec": "RS1"}},
+             {"name": "b", "shape": [5], "dtype": "float32",
+              "src": {"mesh": [1], "devices": [1], "spec": "R"},
+              "dst": {"mesh": [4], "devices": [5, 4, 3, 2], "spec": "S0"}}]}
+JSON
+check batch-plan 0 "batch of 3 tensors" -- "$MESHCAST" plan --batch "$BATCH_DIR/batch.json"
+check batch-plan-classes 0 "layers\.\*\.w +x2 " -- "$MESHCAST" plan --batch "$BATCH_DIR/batch.json"
+"$MESHCAST" plan --batch "$BATCH_DIR/batch.json" --strategy send_recv --json >"$BATCH_DIR/plan.json"
+check batch-plan-check 0 "valid plan" -- "$MESHCAST" plan --check "$BATCH_DIR/plan.json"
+check batch-plan-json 0 '"tensor":2' -- cat "$BATCH_DIR/plan.json"
+check batch-simulate 0 "lower bound .* ratio" -- "$MESHCAST" simulate --batch "$BATCH_DIR/batch.json"
+check batch-run 0 "checked, 0 wrong" -- "$MESHCAST" run --batch "$BATCH_DIR/batch.json" --verify --iters 2
+check batch-run-plan 0 "checked, 0 wrong" -- "$MESHCAST" run --plan "$BATCH_DIR/plan.json" --verify --iters 1
+sed 's/"name": "layers.1.w"/"name": "layers.0.w"/' "$BATCH_DIR/batch.json" >"$BATCH_DIR/duplicate.json"
+check batch-duplicate 2 "batch file '.*duplicate.json': tensors\[1\] 'layers.0.w': duplicate name, also the name of tensors\[0\]" -- "$MESHCAST" plan --batch "$BATCH_DIR/duplicate.json"
+sed 's/"devices": \[5, 4, 3, 2\]/"devices": [5, 4, 3, 99]/' "$BATCH_DIR/batch.json" >"$BATCH_DIR/outside.json"
+check batch-mesh-outside 2 "tensors\[2\] 'b': destination: mesh 4 uses device 99" -- "$MESHCAST" run --batch "$BATCH_DIR/outside.json" --verify
+sed 's/"spec": "RS0"}, "dst"/"specs": "RS0"}, "dst"/' "$BATCH_DIR/batch.json" >"$BATCH_DIR/missing.json"
+check batch-missing-field 2 "tensors\[1\] 'layers.1.w': src: missing key 'spec'" -- "$MESHCAST" simulate --batch "$BATCH_DIR/missing.json"
+check batch-no-file 2 "cannot read batch file '/no/such.json'" -- "$MESHCAST" plan --batch /no/such.json
+echo '{"cluster": {}, "tensors": 3}' >"$BATCH_DIR/not-a-list.json"
+check batch-not-a-list 2 "bad value for 'tensors': expected an array" -- "$MESHCAST" plan --batch "$BATCH_DIR/not-a-list.json"
+rm -rf "$BATCH_DIR"
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

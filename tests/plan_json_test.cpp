@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "corpus.h"
 #include "meshcast/error.h"
+#include "meshcast/plan/planner.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast {
@@ -10,7 +12,7 @@ namespace {
 
 Plan sample_plan() {
   Plan plan;
-  plan.problem = paper_cases()[6].problem;
+  plan.batch = Batch::of_one(paper_cases()[6].problem);
   plan.strategy = Strategy::broadcast;
   plan.balance = Balance::order;
   plan.ops.push_back(Op{.id = 0,
@@ -39,7 +41,8 @@ TEST(PlanJsonTest, RoundTrips) {
   const auto j = plan_to_json(plan);
   EXPECT_TRUE(j.contains("meshcast_version"));
   EXPECT_TRUE(j["ops"][1]["sender"].is_null());
-  EXPECT_EQ(j["src"]["spec"], "S1RR");
+  EXPECT_EQ(j["tensors"][0]["src"]["spec"], "S1RR");
+  EXPECT_EQ(j["ops"][1]["tensor"], 0);
   EXPECT_EQ(j["cluster"]["devices_per_host"], 4);
   EXPECT_EQ(plan_from_json(nlohmann::json::parse(j.dump())), plan);
 }
@@ -63,8 +66,30 @@ TEST(PlanJsonTest, NamesTheBadKey) {
         << e.what();
   }
   j = plan_to_json(sample_plan());
-  j["dst"]["devices"][0] = 99;
+  j["tensors"][0]["dst"]["devices"][0] = 99;
   EXPECT_THROW(plan_from_json(j), ParseError);
+}
+
+// The single-tensor form that meshcast wrote before batches: "tensor", "src", "dst", "cluster"
+// at the top and ops without "tensor". It loads as a batch of one.
+TEST(PlanJsonTest, LoadsTheSingleTensorForm) {
+  const Plan plan = sample_plan();
+  nlohmann::json j = plan_to_json(plan);
+  j.erase("tensors");
+  j.update(resharding_to_json(plan.batch.resharding(0)));
+  for (auto& op : j["ops"]) op.erase("tensor");
+  EXPECT_EQ(plan_from_json(j), plan);
+}
+
+TEST(PlanJsonTest, BatchPlansRoundTrip) {
+  std::mt19937 rng(17);
+  for (int round = 0; round < 20; ++round) {
+    const Batch batch = testing::random_batch(rng, 1 + static_cast<int>(rng() % 6));
+    for (Strategy s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast}) {
+      const Plan plan = make_plan(batch, {.strategy = s, .split = round % 2 == 0});
+      EXPECT_EQ(plan_from_json(nlohmann::json::parse(plan_to_json(plan).dump())), plan);
+    }
+  }
 }
 
 TEST(PlanJsonTest, RejectsSlicesOfTooManyDimensions) {

@@ -69,7 +69,7 @@ TEST(ValidatePlanTest, TheBaseBroadcastPlanIsValid) {
 
 TEST(ValidatePlanTest, AcceptsForwardingFromAnEarlierReceiver) {
   Plan plan;
-  plan.problem = small_problem();
+  plan.batch = Batch::of_one(small_problem());
   int id = 0;
   for (auto [task, slice, holder] : {std::tuple{0, kTop, 0}, std::tuple{1, kBottom, 1}}) {
     plan.ops.push_back(send(id++, task, slice, holder, 2));
@@ -87,7 +87,7 @@ TEST(ValidatePlanTest, AcceptsForwardingFromAnEarlierReceiver) {
 
 TEST(ValidatePlanTest, AcceptsSplitPartsAndForwardingOfParts) {
   Plan plan;
-  plan.problem = small_problem();
+  plan.batch = Batch::of_one(small_problem());
   const Box left{{{0, 4}, {0, 2}}};
   const Box right{{{0, 4}, {2, 4}}};
   plan.ops = {send(0, 0, left, 0, 2),    send(1, 0, right, 0, 2),   send(2, 0, kTop, 2, 3),
@@ -186,7 +186,7 @@ TEST(ValidatePlanTest, RejectsAnIncompletePlan) {
 TEST(ValidatePlanTest, RejectsReceivingOutsideTheDestinationTile) {
   // Destination S0R on devices 2, 4: device 4 wants rows [4,8) only, not the top rows.
   Plan plan = broadcast_plan();
-  plan.problem.dst = Layout{Mesh({2}, {2, 4}), ShardingSpec::parse("S0R")};
+  plan.batch.tensors[0].dst = Layout{Mesh({2}, {2, 4}), ShardingSpec::parse("S0R")};
   plan.ops[0].receivers = {2, 4};
   plan.ops[1].receivers = {4};
   expect_rejected(plan, "device 4 receives [0,4)x[0,4) outside its destination tile [4,8)x[0,4)");

@@ -55,17 +55,32 @@ inline std::vector<Resharding> corpus_on(int devices, unsigned seed, int count, 
   return out;
 }
 
+// Random batches (tests/corpus.h) whose devices per host divide `devices` and that need no more
+// than `devices`, grown to exactly `devices` with idle hosts.
+inline std::vector<Batch> batches_on(int devices, unsigned seed, int count, int max_batches) {
+  std::mt19937 rng(seed);
+  std::vector<Batch> out;
+  for (int i = 0; i < count && static_cast<int>(out.size()) < max_batches; ++i) {
+    Batch batch = random_batch(rng, 1 + static_cast<int>(rng() % 6));
+    const int g = batch.cluster.devices_per_host;
+    if (batch.cluster.devices() > devices || devices % g != 0) continue;
+    batch.cluster.hosts = devices / g;
+    out.push_back(std::move(batch));
+  }
+  return out;
+}
+
 // Runs `plan` twice with fresh poison in the destination tiles and returns the elements that
 // are wrong, summed over every process of the executor.
 inline int64_t play_and_count_errors(Executor& executor, const Plan& plan) {
   const auto compiled = executor.compile(plan);
-  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
   const auto views = buffer_views(buffers);
   int64_t errors = 0;
   for (int run = 0; run < 2; ++run) {
-    prepare_tiles(plan.problem, buffers);
+    prepare_tiles(plan.batch, buffers);
     compiled->run(views);
-    errors += count_destination_errors(plan.problem, buffers);
+    errors += count_destination_errors(plan.batch, buffers);
   }
   return executor.sum_over_processes(errors);
 }
@@ -98,7 +113,7 @@ inline Op make_op(int id, OpKind kind, Box slice, std::optional<DeviceId> sender
 
 inline Plan plan_of(Resharding problem, std::vector<Op> ops) {
   Plan plan;
-  plan.problem = std::move(problem);
+  plan.batch = Batch::of_one(problem);
   plan.ops = std::move(ops);
   return plan;
 }

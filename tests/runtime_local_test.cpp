@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 
 #include "meshcast/error.h"
 #include "meshcast/tasks/paper_cases.h"
@@ -34,6 +35,17 @@ TEST(LocalExecutorTest, EveryStrategyOnThePropertyCorpusDeliversEveryElement) {
       }
     }
   EXPECT_EQ(plans, 2 * 150 * static_cast<int>(every_strategy().size()));
+}
+
+TEST(LocalExecutorTest, RandomBatchesDeliverEveryElementOfEveryTensor) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  std::mt19937 rng(31);
+  for (int round = 0; round < 60; ++round) {
+    const Batch batch = testing::random_batch(rng, 1 + static_cast<int>(rng() % 8));
+    for (const PlanOptions& o : every_strategy())
+      ASSERT_EQ(testing::play_and_count_errors(*executor, make_plan(batch, o)), 0)
+          << "round " << round << " " << testing::describe(o);
+  }
 }
 
 TEST(LocalExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
@@ -123,30 +135,63 @@ TEST(LocalExecutorTest, BadBuffersAreRejectedBeforeAnythingMoves) {
   auto executor = make_local_executor();
   const auto compiled = executor->compile(plan);
   EXPECT_EQ(compiled->devices_here(), (std::vector<DeviceId>{0, 2, 3}));
-  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
   auto views = buffer_views(buffers);
   views[1].dst = views[1].dst.first(8);
   expect_error([&] { compiled->start(views); },
-               "device 2: destination buffer has 8 bytes, but its destination tile needs 160");
+               "device 2, tensors[0] 'tensor': destination buffer has 8 bytes, but its destination "
+               "tile needs 160");
   views = buffer_views(buffers);
   views[0].src = {};
-  expect_error([&] { compiled->start(views); },
-               "device 0: source buffer has 0 bytes, but its source tile needs 288");
+  expect_error(
+      [&] { compiled->start(views); },
+      "device 0, tensors[0] 'tensor': source buffer has 0 bytes, but its source tile needs 288");
   views = buffer_views(buffers);
   views.pop_back();
   expect_error([&] { compiled->start(views); },
-               "no buffers given for device 3, whose tiles need 0 source and 128 destination");
+               "no buffers given for device 3, tensors[0] 'tensor', whose tiles need 0 source and "
+               "128 destination");
   views = buffer_views(buffers);
   views.push_back(views[0]);
-  expect_error([&] { compiled->start(views); }, "buffers for device 0 given twice");
+  expect_error([&] { compiled->start(views); },
+               "device 0, tensors[0] 'tensor': buffers given twice");
   views = buffer_views(buffers);
   views[0].device = 1;
   expect_error([&] { compiled->start(views); },
                "buffers given for device 1, which is not one of this process's devices [0,2,3]");
   // After the errors the plan still runs.
-  prepare_tiles(plan.problem, buffers);
+  prepare_tiles(plan.batch, buffers);
   compiled->run(buffer_views(buffers));
-  EXPECT_EQ(count_destination_errors(plan.problem, buffers), 0);
+  EXPECT_EQ(count_destination_errors(plan.batch, buffers), 0);
+}
+
+// Two tensors on the same devices: leaving out one tensor's buffers is an error naming it, raised
+// before any byte moves.
+TEST(LocalExecutorTest, ABufferMissingForOneTensorIsNamedBeforeAnythingMoves) {
+  Batch batch = Batch::of_one(testing::small_problem("RS0"), "first");
+  batch.tensors.push_back(batch.tensors[0]);
+  batch.tensors[1].name = "second";
+  batch.tensors[1].tensor.dtype = DType::int8;
+  auto executor = make_local_executor();
+  const auto compiled = executor->compile(make_plan(batch));
+  auto buffers = allocate_tile_buffers(batch, compiled->devices_here());
+  prepare_tiles(batch, buffers);
+  std::vector<DeviceBuffers> views;
+  for (const DeviceBuffers& v : buffer_views(buffers))
+    if (!(v.device == 2 && v.tensor == 1)) views.push_back(v);
+  expect_error([&] { compiled->start(views); },
+               "no buffers given for device 2, tensors[1] 'second', whose tiles need 0 source and "
+               "20 destination bytes");
+  auto with_bad_tensor = buffer_views(buffers);
+  with_bad_tensor[0].tensor = 2;
+  expect_error([&] { compiled->start(with_bad_tensor); },
+               "buffers given for tensor 2, but the batch has tensors 0..1");
+  // Nothing moved: every destination element is still poison.
+  int64_t elements = 0;
+  for (const TileBuffers& b : buffers) elements += tiles_of(batch, b.tensor, b.device).dst.volume();
+  EXPECT_EQ(count_destination_errors(batch, buffers), elements);
+  compiled->run(buffer_views(buffers));
+  EXPECT_EQ(count_destination_errors(batch, buffers), 0);
 }
 
 TEST(LocalExecutorTest, PlansThatCannotRunAreRejectedAtCompile) {

@@ -32,6 +32,15 @@ TEST(MpiExecutorTest, EveryStrategyOnThePropertyCorpusDeliversEveryElement) {
           << testing::describe(p) << " " << testing::describe(o);
 }
 
+TEST(MpiExecutorTest, RandomBatchesDeliverEveryElementOfEveryTensor) {
+  const auto batches = testing::batches_on(ranks, 5, 400, 6);
+  ASSERT_GE(batches.size(), 3u) << "too few random batches fit " << ranks << " ranks";
+  for (size_t i = 0; i < batches.size(); ++i)
+    for (const PlanOptions& o : testing::every_strategy())
+      ASSERT_EQ(testing::play_and_count_errors(*world, make_plan(batches[i], o)), 0)
+          << "batch " << i << " " << testing::describe(o);
+}
+
 TEST(MpiExecutorTest, BroadcastsOnMpiBcastCommunicatorsDeliverEveryElement) {
   auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
   for (const Resharding& p : corpus_for_this_run())
@@ -46,14 +55,14 @@ TEST(MpiExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
   if (ranks < 4 || ranks % 2 != 0)
     GTEST_SKIP() << "the hand-written plans need an even number >= 4 of ranks, not " << ranks;
   for (auto [name, plan] : testing::hand_written_plans()) {
-    plan.problem.cluster.hosts = ranks / 2;  // extra ranks idle
+    plan.batch.cluster.hosts = ranks / 2;  // extra ranks idle
     EXPECT_EQ(testing::play_and_count_errors(*world, plan), 0) << name;
   }
 }
 
 TEST(MpiExecutorTest, ARankCountThatDiffersFromTheClusterIsAnErrorOnEveryRank) {
   Plan plan = testing::hand_written_plans()[0].plan;
-  plan.problem.cluster.hosts = ranks;  // 2 devices per host: twice the ranks
+  plan.batch.cluster.hosts = ranks;  // 2 devices per host: twice the ranks
   try {
     world->compile(plan);
     ADD_FAILURE() << "compile accepted " << 2 * ranks << " devices on " << ranks << " ranks";

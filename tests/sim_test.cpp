@@ -28,8 +28,8 @@ Cluster cluster(int hosts, int devices_per_host = 4) {
 // A plan on `c` whose tensor is a 1-D int8 vector, so a box of n elements is n bytes.
 Plan plan_on(const Cluster& c) {
   Plan plan;
-  plan.problem.tensor = TensorSpec{{1LL << 40}, DType::int8};
-  plan.problem.cluster = c;
+  plan.batch.cluster = c;
+  plan.batch.tensors.push_back({.name = "vector", .tensor = TensorSpec{{1LL << 40}, DType::int8}});
   return plan;
 }
 
@@ -240,7 +240,7 @@ TEST(SimulatorTest, RecordsLinkRatesOnRequest) {
   add(plan, op(OpKind::send, 1, {5}, 2 * kBytes));
   const SimResult quiet = simulate(plan);
   EXPECT_TRUE(quiet.link_rates.empty());
-  const SimResult r = simulate(plan, plan.problem.cluster, {.record_link_rates = true});
+  const SimResult r = simulate(plan, plan.batch.cluster, {.record_link_rates = true});
   std::vector<LinkRateSample> nic_out;
   for (const auto& s : r.link_rates)
     if (r.links[s.link].name == "host0.nic0.out") nic_out.push_back(s);

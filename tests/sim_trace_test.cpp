@@ -8,8 +8,8 @@ namespace {
 
 TEST(SimTraceTest, DeviceTracksHoldTheirOpsAndNicCountersFollowTheRates) {
   Plan plan;
-  plan.problem.tensor = TensorSpec{{1 << 30}, DType::int8};
-  plan.problem.cluster = Cluster{.hosts = 3, .devices_per_host = 2, .latency = 1e-6};
+  plan.batch.cluster = Cluster{.hosts = 3, .devices_per_host = 2, .latency = 1e-6};
+  plan.batch.tensors.push_back({.name = "vector", .tensor = TensorSpec{{1 << 30}, DType::int8}});
   const int64_t bytes = 125'000'000;  // 0.1 s on a 10 Gbps NIC
   plan.ops.push_back(Op{.id = 0,
                         .kind = OpKind::broadcast,
@@ -24,7 +24,7 @@ TEST(SimTraceTest, DeviceTracksHoldTheirOpsAndNicCountersFollowTheRates) {
                         .bytes = bytes,
                         .sender = 1,
                         .receivers = {0}});
-  const Cluster& c = plan.problem.cluster;
+  const Cluster& c = plan.batch.cluster;
   const SimResult r = simulate(plan, c, {.record_link_rates = true});
   const auto trace = chrome_trace(plan, c, r);
   EXPECT_TRUE(trace.contains("meshcast_version"));

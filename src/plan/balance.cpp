@@ -11,13 +11,14 @@ namespace meshcast::detail {
 namespace {
 
 // Part i of a transfer split into `senders.size()` parts, each sent by its own device.
-std::vector<Op> split_ops(const Transfer& transfer, int task, const std::vector<DeviceId>& senders,
-                          const Resharding& problem, int64_t chunk_bytes) {
+std::vector<Op> split_ops(const Transfer& transfer, const Job& job,
+                          const std::vector<DeviceId>& senders, const Batch& batch,
+                          int64_t chunk_bytes) {
   std::vector<Op> ops;
   const int parts = static_cast<int>(senders.size());
   for (int i = 0; i < parts; ++i)
-    ops.push_back(transfer_op(transfer, allgather_part(transfer.slice, parts, i), task, senders[i],
-                              problem, chunk_bytes));
+    ops.push_back(transfer_op(transfer, allgather_part(transfer.slice, parts, i), job, senders[i],
+                              batch, chunk_bytes));
   return ops;
 }
 
@@ -101,11 +102,11 @@ struct Decoded {
 
 class OrderPlanner {
  public:
-  OrderPlanner(const Resharding& problem, const std::vector<Job>& jobs, const PlanOptions& options)
-      : problem_(problem), jobs_(jobs), options_(options) {}
+  OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options)
+      : batch_(batch), jobs_(jobs), options_(options) {}
 
   Decoded decode(const Genome& genome) const {
-    Schedule schedule(problem_);
+    Schedule schedule(batch_);
     std::vector<Placed> placed;
     Decoded out;
     out.split = genome.split;
@@ -114,7 +115,7 @@ class OrderPlanner {
       bool did_split = false;
       double done = 0;  // an allgather waits for the transfers of its parts
       for (const Transfer& t : job.transfers)
-        did_split |= place_transfer(t, job.task, genome.split[j], schedule, placed, done, out.work);
+        did_split |= place_transfer(t, job, genome.split[j], schedule, placed, done, out.work);
       if (genome.split[j] == SplitChoice::automatic)
         out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
       for (const Op& op : job.then)
@@ -123,7 +124,7 @@ class OrderPlanner {
     std::stable_sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
       return std::pair(a.start, a.seq) < std::pair(b.start, b.seq);
     });
-    Replay replay(problem_);
+    Replay replay(batch_);
     out.ops.reserve(placed.size());
     for (Placed& p : placed) {
       replay.place(p.op);
@@ -143,13 +144,13 @@ class OrderPlanner {
 
   // The op from the holder (not on `used` hosts) that finishes soonest. Adds to `work` two
   // units per holder probed (building its op) and one per device of the op (its windows).
-  Op soonest(const Transfer& t, const Box& slice, int task, const std::vector<int>& used,
+  Op soonest(const Transfer& t, const Box& slice, const Job& job, const std::vector<int>& used,
              const Schedule& schedule, int64_t& work) const {
     std::optional<Op> best;
     double best_finish = 0;
     for (DeviceId d : t.candidates) {
-      if (std::find(used.begin(), used.end(), problem_.cluster.host_of(d)) != used.end()) continue;
-      Op op = transfer_op(t, slice, task, d, problem_, options_.chunk_bytes);
+      if (std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) != used.end()) continue;
+      Op op = transfer_op(t, slice, job, d, batch_, options_.chunk_bytes);
       const double finish = schedule.probe(op, 0).finish;
       work += 3 + static_cast<int64_t>(op.receivers.size());
       if (!best || finish < best_finish) {
@@ -162,20 +163,20 @@ class OrderPlanner {
 
   // Places one transfer whole or split; returns whether it was split. `done` grows to the
   // latest finish, `work` by the probes.
-  bool place_transfer(const Transfer& t, int task, SplitChoice choice, Schedule& schedule,
+  bool place_transfer(const Transfer& t, const Job& job, SplitChoice choice, Schedule& schedule,
                       std::vector<Placed>& placed, double& done, int64_t& work) const {
     const int parts = options_.split && choice != SplitChoice::no
-                          ? split_parts(t, holder_hosts(t, problem_.cluster))
+                          ? split_parts(t, holder_hosts(t, batch_.cluster))
                           : 1;
-    const Op whole = soonest(t, t.slice, task, {}, schedule, work);
+    const Op whole = soonest(t, t.slice, job, {}, schedule, work);
     const double whole_finish = schedule.probe(whole, 0).finish;
     if (parts > 1) {
       std::vector<std::pair<Op, Slot>> pieces;
       std::vector<int> used;
       double finish = 0;
       for (int i = 0; i < parts; ++i) {
-        Op op = soonest(t, allgather_part(t.slice, parts, i), task, used, schedule, work);
-        used.push_back(problem_.cluster.host_of(*op.sender));
+        Op op = soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, work);
+        used.push_back(batch_.cluster.host_of(*op.sender));
         const Slot slot = schedule.insert(op, 0);
         finish = std::max(finish, slot.finish);
         pieces.emplace_back(std::move(op), slot);
@@ -193,22 +194,22 @@ class OrderPlanner {
     return false;
   }
 
-  const Resharding& problem_;
+  const Batch& batch_;
   const std::vector<Job>& jobs_;
   const PlanOptions& options_;
 };
 
-// Every job's transfers as ops from the senders `choose(transfer, parts)` picks (one per part of
-// a split transfer), each job followed by its own follow-up ops: balance none and size differ only
-// in that choice.
+// Every job's transfers as ops from the senders `choose(job, transfer, parts)` picks (one per part
+// of a split transfer), each job followed by its own follow-up ops: balance none and size differ
+// only in that choice.
 template <typename ChooseSenders>
-std::vector<Op> ops_from_senders(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> ops_from_senders(const Batch& batch, const std::vector<Job>& jobs,
                                  const PlanOptions& options, ChooseSenders choose) {
   std::vector<Op> ops;
   for (const Job& job : jobs) {
     for (const Transfer& t : job.transfers) {
-      const int parts = options.split ? split_parts(t, holder_hosts(t, problem.cluster)) : 1;
-      for (Op& op : split_ops(t, job.task, choose(t, parts), problem, options.chunk_bytes))
+      const int parts = options.split ? split_parts(t, holder_hosts(t, batch.cluster)) : 1;
+      for (Op& op : split_ops(t, job, choose(job, t, parts), batch, options.chunk_bytes))
         ops.push_back(std::move(op));
     }
     append_then(ops, job);
@@ -218,24 +219,25 @@ std::vector<Op> ops_from_senders(const Resharding& problem, const std::vector<Jo
 
 }  // namespace
 
-std::vector<Op> balance_none(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> balance_none(const Batch& batch, const std::vector<Job>& jobs,
                              const PlanOptions& options) {
-  return ops_from_senders(problem, jobs, options, [&](const Transfer& t, int parts) {
+  return ops_from_senders(batch, jobs, options, [&](const Job&, const Transfer& t, int parts) {
     std::vector<DeviceId> senders;  // the first holder of each of the first `parts` hosts
-    for (int h : hosts_of(t.candidates, problem.cluster)) {
+    for (int h : hosts_of(t.candidates, batch.cluster)) {
       if (static_cast<int>(senders.size()) == parts) break;
       senders.push_back(*std::find_if(t.candidates.begin(), t.candidates.end(),
-                                      [&](DeviceId d) { return problem.cluster.host_of(d) == h; }));
+                                      [&](DeviceId d) { return batch.cluster.host_of(d) == h; }));
     }
     return senders;
   });
 }
 
-std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
                              const PlanOptions& options) {
-  const Cluster& cluster = problem.cluster;
+  const Cluster& cluster = batch.cluster;
   Loads loads{std::vector<int64_t>(cluster.hosts, 0), std::vector<int64_t>(cluster.devices(), 0)};
-  return ops_from_senders(problem, jobs, options, [&](const Transfer& t, int parts) {
+  return ops_from_senders(batch, jobs, options, [&](const Job& job, const Transfer& t, int parts) {
+    const int element = dtype_size(batch.tensors[job.tensor].tensor.dtype);
     Loads whole = loads;
     std::vector<DeviceId> senders{pick_least_loaded(t, t.bytes, {}, whole, cluster)};
     if (parts > 1) {
@@ -243,8 +245,7 @@ std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& 
       std::vector<DeviceId> split_senders;
       std::vector<int> used;
       for (int i = 0; i < parts; ++i) {
-        const int64_t bytes =
-            allgather_part(t.slice, parts, i).volume() * dtype_size(problem.tensor.dtype);
+        const int64_t bytes = allgather_part(t.slice, parts, i).volume() * element;
         split_senders.push_back(pick_least_loaded(t, bytes, used, split, cluster));
         used.push_back(cluster.host_of(split_senders.back()));
       }
@@ -259,9 +260,9 @@ std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& 
   });
 }
 
-std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
                               const PlanOptions& options) {
-  const OrderPlanner planner(problem, jobs, options);
+  const OrderPlanner planner(batch, jobs, options);
   const int n = static_cast<int>(jobs.size());
 
   // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first).
@@ -285,7 +286,7 @@ std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>&
   std::vector<int> splittable;
   for (int j = 0; j < n; ++j)
     for (const Transfer& t : jobs[j].transfers)
-      if (options.split && split_parts(t, holder_hosts(t, problem.cluster)) > 1) {
+      if (options.split && split_parts(t, holder_hosts(t, batch.cluster)) > 1) {
         splittable.push_back(j);
         break;
       }

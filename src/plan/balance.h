@@ -9,15 +9,15 @@
 namespace meshcast::detail {
 
 // First holder of each slice, jobs in task order.
-std::vector<Op> balance_none(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> balance_none(const Batch& batch, const std::vector<Job>& jobs,
                              const PlanOptions& options);
 // Holder on the host whose NIC has sent the fewest bytes so far, jobs in task order.
-std::vector<Op> balance_size(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
                              const PlanOptions& options);
 // Greedy list scheduling on the Timeline cost model (largest jobs first, each transfer from the
 // holder that finishes it soonest), then a bounded search over job order and split choices that
 // keeps the best plan found; ops in start order.
-std::vector<Op> balance_order(const Resharding& problem, const std::vector<Job>& jobs,
+std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
                               const PlanOptions& options);
 
 }  // namespace meshcast::detail

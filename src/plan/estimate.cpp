@@ -5,13 +5,13 @@
 namespace meshcast {
 
 double estimate(const Plan& plan) {
-  detail::Replay timeline(plan.problem);
+  detail::Replay timeline(plan.batch);
   for (const Op& op : plan.ops) timeline.place(op);
   return timeline.makespan();
 }
 
 std::vector<HostTraffic> host_traffic(const Plan& plan) {
-  const Cluster& cluster = plan.problem.cluster;
+  const Cluster& cluster = plan.batch.cluster;
   std::vector<HostTraffic> traffic(cluster.hosts);
   for (const Op& op : plan.ops) {
     if (op.kind != OpKind::send && op.kind != OpKind::broadcast) continue;

@@ -12,15 +12,15 @@ bool holds(const std::vector<DeviceId>& devices, DeviceId d) {
   return std::find(devices.begin(), devices.end(), d) != devices.end();
 }
 
-int64_t bytes_of(const Box& box, const Resharding& problem) {
-  return box.volume() * dtype_size(problem.tensor.dtype);
+int element_size(const Batch& batch, int tensor) {
+  return dtype_size(batch.tensors[tensor].tensor.dtype);
 }
 
 // Alpa's local allgather for the receivers of one host: part i of the slice to device i, then
 // an allgather among them. It applies when at least two devices share the host and every part
 // has an element; otherwise each device gets the whole slice by a send.
 void add_host_group(Job& job, const UnitTask& task, const std::vector<DeviceId>& group,
-                    const Resharding& problem) {
+                    const Batch& batch) {
   const int k = static_cast<int>(group.size());
   const bool applies = k >= 2 && !allgather_part(task.slice, k, k - 1).empty();
   if (!applies) {
@@ -30,15 +30,55 @@ void add_host_group(Job& job, const UnitTask& task, const std::vector<DeviceId>&
   }
   for (int i = 0; i < k; ++i) {
     const Box part = allgather_part(task.slice, k, i);
-    job.transfers.push_back(
-        {part, bytes_of(part, problem), {group[i]}, task.senders, /*splittable=*/false});
+    job.transfers.push_back({part,
+                             part.volume() * element_size(batch, job.tensor),
+                             {group[i]},
+                             task.senders,
+                             /*splittable=*/false});
   }
   job.then.push_back(Op{.kind = OpKind::allgather,
+                        .tensor = job.tensor,
                         .task = job.task,
                         .slice = task.slice,
                         .bytes = task.bytes,
                         .sender = std::nullopt,
                         .receivers = group});
+}
+
+// The job of task `index` of `tensor`.
+Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, Strategy strategy) {
+  Job job{.tensor = tensor, .task = index};
+  std::vector<DeviceId> others;  // receivers that do not hold the slice yet
+  for (DeviceId r : task.receivers) {
+    if (holds(task.senders, r))
+      job.then.push_back(Op{.kind = OpKind::copy,
+                            .tensor = tensor,
+                            .task = index,
+                            .slice = task.slice,
+                            .bytes = task.bytes,
+                            .sender = r,
+                            .receivers = {r}});
+    else
+      others.push_back(r);
+  }
+  std::sort(others.begin(), others.end());
+  switch (strategy) {
+    case Strategy::send_recv:
+      for (DeviceId r : others)
+        job.transfers.push_back({task.slice, task.bytes, {r}, task.senders, true});
+      break;
+    case Strategy::broadcast:
+      if (!others.empty())
+        job.transfers.push_back({task.slice, task.bytes, others, task.senders, true});
+      break;
+    case Strategy::allgather: {
+      std::map<int, std::vector<DeviceId>> by_host;
+      for (DeviceId r : others) by_host[batch.cluster.host_of(r)].push_back(r);
+      for (const auto& [host, group] : by_host) add_host_group(job, task, group, batch);
+      break;
+    }
+  }
+  return job;
 }
 
 }  // namespace
@@ -58,50 +98,22 @@ std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& c
   return hosts;
 }
 
-std::vector<Job> make_jobs(const Resharding& problem, const std::vector<UnitTask>& tasks,
+std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
                            Strategy strategy) {
   std::vector<Job> jobs;
-  jobs.reserve(tasks.size());
-  for (int i = 0; i < static_cast<int>(tasks.size()); ++i) {
-    const UnitTask& task = tasks[i];
-    Job job{.task = i};
-    std::vector<DeviceId> others;  // receivers that do not hold the slice yet
-    for (DeviceId r : task.receivers) {
-      if (holds(task.senders, r))
-        job.then.push_back(Op{.kind = OpKind::copy,
-                              .task = i,
-                              .slice = task.slice,
-                              .bytes = task.bytes,
-                              .sender = r,
-                              .receivers = {r}});
-      else
-        others.push_back(r);
-    }
-    std::sort(others.begin(), others.end());
-    switch (strategy) {
-      case Strategy::send_recv:
-        for (DeviceId r : others)
-          job.transfers.push_back({task.slice, task.bytes, {r}, task.senders, true});
-        break;
-      case Strategy::broadcast:
-        if (!others.empty())
-          job.transfers.push_back({task.slice, task.bytes, others, task.senders, true});
-        break;
-      case Strategy::allgather: {
-        std::map<int, std::vector<DeviceId>> by_host;
-        for (DeviceId r : others) by_host[problem.cluster.host_of(r)].push_back(r);
-        for (const auto& [host, group] : by_host) add_host_group(job, task, group, problem);
-        break;
-      }
-    }
-    jobs.push_back(std::move(job));
-  }
+  size_t count = 0;
+  for (const auto& of_tensor : tasks) count += of_tensor.size();
+  jobs.reserve(count);
+  for (int tensor = 0; tensor < static_cast<int>(tasks.size()); ++tensor)
+    for (int i = 0; i < static_cast<int>(tasks[tensor].size()); ++i)
+      jobs.push_back(make_job(batch, tensor, i, tasks[tensor][i], strategy));
   return jobs;
 }
 
-Op transfer_op(const Transfer& transfer, const Box& slice, int task, DeviceId sender,
-               const Resharding& problem, int64_t chunk_bytes) {
-  const Cluster& cluster = problem.cluster;
+Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
+               const Batch& batch, int64_t chunk_bytes) {
+  const Cluster& cluster = batch.cluster;
+  const int element = element_size(batch, job.tensor);
   const int home = cluster.host_of(sender);
   std::vector<DeviceId> chain = transfer.receivers;
   // The sender's host first, then the other hosts in id order, each host's devices together.
@@ -111,9 +123,10 @@ Op transfer_op(const Transfer& transfer, const Box& slice, int task, DeviceId se
     return std::pair(ha != home, ha) < std::pair(hb != home, hb);
   });
   Op op{.kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast,
-        .task = task,
+        .tensor = job.tensor,
+        .task = job.task,
         .slice = slice,
-        .bytes = bytes_of(slice, problem),
+        .bytes = slice.volume() * element,
         .sender = sender,
         .receivers = std::move(chain)};
   if (op.kind == OpKind::broadcast) {
@@ -126,7 +139,7 @@ Op transfer_op(const Transfer& transfer, const Box& slice, int task, DeviceId se
     op.chunk_bytes = chunk_bytes > 0
                          ? std::min(chunk_bytes, op.bytes)
                          : best_chunk_bytes(op.bytes, static_cast<int>(op.receivers.size()), rate,
-                                            cluster.latency, dtype_size(problem.tensor.dtype));
+                                            cluster.latency, element);
   }
   return op;
 }

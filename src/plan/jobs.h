@@ -22,21 +22,23 @@ struct Transfer {
 // The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
 // then fixed ops (copies, an allgather) that follow them.
 struct Job {
-  int task = 0;
+  int tensor = 0;
+  int task = 0;  // within the tensor
   std::vector<Transfer> transfers = {};
   std::vector<Op> then = {};
   int64_t bytes() const;
 };
 
-// The jobs of `strategy` for each task, in task order.
-std::vector<Job> make_jobs(const Resharding& problem, const std::vector<UnitTask>& tasks,
+// The jobs of `strategy` for each task of each tensor, in tensor order, then task order. `tasks`
+// are decompose(batch).
+std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
                            Strategy strategy);
 
 // The op that moves `slice` (the whole transfer or one part of it) from `sender`: a send for one
 // receiver, else a broadcast chained host by host (the sender's host first, each host's devices
 // consecutive) with `chunk_bytes` (0 = chosen from the cost model).
-Op transfer_op(const Transfer& transfer, const Box& slice, int task, DeviceId sender,
-               const Resharding& problem, int64_t chunk_bytes);
+Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
+               const Batch& batch, int64_t chunk_bytes);
 
 // Parts a split of `transfer` is cut into: one per host holding it, fewer when its longest
 // dimension is too short to give every part an element. 1 means it cannot be split.

@@ -222,11 +222,12 @@ json plan_to_json(const Plan& plan) {
   json j = {{"meshcast_version", kVersion},
             {"strategy", to_string(plan.strategy)},
             {"balance", to_string(plan.balance)}};
-  j.update(resharding_to_json(plan.problem));
+  j.update(batch_to_json(plan.batch));
   json ops = json::array();
   for (const auto& op : plan.ops) {
     ops.push_back({{"id", op.id},
                    {"kind", to_string(op.kind)},
+                   {"tensor", op.tensor},
                    {"task", op.task},
                    {"slice", box_to_json(op.slice)},
                    {"bytes", op.bytes},
@@ -242,7 +243,9 @@ json plan_to_json(const Plan& plan) {
 
 Plan plan_from_json(const json& j) {
   Plan plan;
-  plan.problem = resharding_from_json(j);
+  // A plan of one tensor written before batches existed holds "tensor", "src" and "dst".
+  plan.batch = j.is_object() && j.contains("tensors") ? batch_from_json(j)
+                                                      : Batch::of_one(resharding_from_json(j));
   try {
     plan.strategy = parse_strategy(field<std::string>(j, "strategy", "plan"));
     plan.balance = parse_balance(field<std::string>(j, "balance", "plan"));
@@ -254,6 +257,7 @@ Plan plan_from_json(const json& j) {
       Op op;
       op.id = field<int>(o, "id", where);
       op.kind = parse_op_kind(field<std::string>(o, "kind", where));
+      op.tensor = field_or<int>(o, "tensor", where, 0);
       op.task = field<int>(o, "task", where);
       op.slice = box_from_json(field<json>(o, "slice", where));
       op.bytes = field<int64_t>(o, "bytes", where);

@@ -1,18 +1,19 @@
 #include "meshcast/plan/lower_bound.h"
 
 #include <algorithm>
+#include <ranges>
 #include <set>
 
 namespace meshcast {
 
-double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks) {
-  const Cluster& cluster = problem.cluster;
+double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
+  const Cluster& cluster = batch.cluster;
   std::vector<double> in(cluster.hosts, 0);    // in(h) of DESIGN.md, bytes
   std::vector<double> only(cluster.hosts, 0);  // only(h)
   std::vector<double> dev_in(cluster.devices(), 0);
   std::vector<bool> pooled_sender(cluster.hosts, false);  // hosts of ∪ HS(t) over t in N
   double pooled_bytes = 0;
-  for (const UnitTask& t : tasks) {
+  for (const UnitTask& t : std::views::join(tasks)) {
     const auto b = static_cast<double>(t.bytes);
     std::set<int> hs;
     std::set<int> hr;
@@ -41,6 +42,10 @@ double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks
   for (DeviceId d = 0; d < cluster.devices(); ++d)
     bound = std::max(bound, dev_in[d] / cluster.device_bandwidth_of(d));
   return bound;
+}
+
+double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks) {
+  return lower_bound(Batch::of_one(problem), {tasks});
 }
 
 }  // namespace meshcast

@@ -17,36 +17,41 @@ Balance effective_balance(const PlanOptions& options) {
   return options.strategy == Strategy::broadcast ? Balance::order : Balance::size;
 }
 
-Plan make_plan(const Resharding& problem, const PlanOptions& options) {
-  problem.validate();
+Plan make_plan(const Batch& batch, const PlanOptions& options) {
+  batch.validate();
   if (options.chunk_bytes < 0)
     throw InvalidArgument(
         fmt::format("bad chunk bytes {}: expected >= 0 (0 = automatic)", options.chunk_bytes));
   if (!(options.search_effort >= 0) || std::isinf(options.search_effort))
     throw InvalidArgument(
         fmt::format("bad search effort {}: expected >= 0", options.search_effort));
-  const auto tasks = decompose(problem);
-  const auto jobs = detail::make_jobs(problem, tasks, options.strategy);
+  const auto tasks = decompose(batch);
+  const auto jobs = detail::make_jobs(batch, tasks, options.strategy);
 
   Plan plan;
-  plan.problem = problem;
+  plan.batch = batch;
   plan.strategy = options.strategy;
   plan.balance = effective_balance(options);
   switch (plan.balance) {
     case Balance::none:
-      plan.ops = detail::balance_none(problem, jobs, options);
+      plan.ops = detail::balance_none(batch, jobs, options);
       break;
     case Balance::size:
-      plan.ops = detail::balance_size(problem, jobs, options);
+      plan.ops = detail::balance_size(batch, jobs, options);
       break;
     case Balance::order:
-      plan.ops = detail::balance_order(problem, jobs, options);
+      plan.ops = detail::balance_order(batch, jobs, options);
       break;
   }
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
-  plan.lower_bound_s = lower_bound(problem, tasks);
+  plan.lower_bound_s = lower_bound(batch, tasks);
   for (const HostTraffic& h : host_traffic(plan)) plan.network_bytes += h.out_bytes;
   return plan;
+}
+
+Plan make_plan(const Resharding& problem, const PlanOptions& options) {
+  problem.validate();
+  return make_plan(Batch::of_one(problem), options);
 }
 
 }  // namespace meshcast

@@ -23,11 +23,11 @@ int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, i
   return std::max<int64_t>(chunk, element_size);
 }
 
-CostModel::CostModel(const Resharding& problem)
-    : problem_(&problem), devices_(problem.cluster.devices()), hosts_(problem.cluster.hosts) {}
+CostModel::CostModel(const Batch& batch)
+    : batch_(&batch), devices_(batch.cluster.devices()), hosts_(batch.cluster.hosts) {}
 
 CostModel::Cost CostModel::cost_of(const Op& op) const {
-  const Cluster& cluster = problem_->cluster;
+  const Cluster& cluster = batch_->cluster;
   const double lat = cluster.latency;
   const auto bytes = static_cast<double>(op.bytes);
   Cost cost;
@@ -63,7 +63,7 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
       double rate = cluster.device_bandwidth_of(op.receivers[0]);
       for (DeviceId r : op.receivers) rate = std::min(rate, cluster.device_bandwidth_of(r));
       const auto part = static_cast<double>(allgather_part(op.slice, n, 0).volume() *
-                                            dtype_size(problem_->tensor.dtype));
+                                            dtype_size(batch_->tensors[op.tensor].tensor.dtype));
       cost.resources = op.receivers;
       cost.duration = (n - 1) * (lat + part / rate);
       break;
@@ -76,7 +76,7 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
   return cost;
 }
 
-Schedule::Schedule(const Resharding& problem) : model_(problem), busy_(model_.resources()) {}
+Schedule::Schedule(const Batch& batch) : model_(batch), busy_(model_.resources()) {}
 
 double Schedule::earliest_start(const std::vector<int>& resources, double duration,
                                 double release) const {
@@ -147,8 +147,7 @@ void Schedule::remove(const Op& op, Slot slot) {
   }
 }
 
-Replay::Replay(const Resharding& problem)
-    : nics_(problem), device_free_at_(problem.cluster.devices(), 0.0) {}
+Replay::Replay(const Batch& batch) : nics_(batch), device_free_at_(batch.cluster.devices(), 0.0) {}
 
 Slot Replay::place(const Op& op) {
   const auto cost = nics_.model().cost_of(op);

@@ -19,7 +19,7 @@ int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, i
 // How long an op takes and which serial resources (devices, NIC directions) it holds meanwhile.
 class CostModel {
  public:
-  explicit CostModel(const Resharding& problem);
+  explicit CostModel(const Batch& batch);
   struct Cost {
     double duration = 0;
     std::vector<int> resources;
@@ -32,7 +32,7 @@ class CostModel {
   int nic_out(int host) const { return devices_ + host; }
   int nic_in(int host) const { return devices_ + hosts_ + host; }
 
-  const Resharding* problem_;
+  const Batch* batch_;
   int devices_;
   int hosts_;
 };
@@ -46,7 +46,7 @@ struct Slot {
 // are idle (earlier gaps included).
 class Schedule {
  public:
-  explicit Schedule(const Resharding& problem);
+  explicit Schedule(const Batch& batch);
   const CostModel& model() const { return model_; }
   Slot probe(const Op& op, double release) const;
   Slot insert(const Op& op, double release);
@@ -66,7 +66,7 @@ class Schedule {
 // gives a plan whose Replay finishes no later than the Schedule.
 class Replay {
  public:
-  explicit Replay(const Resharding& problem);
+  explicit Replay(const Batch& batch);
   Slot place(const Op& op);
   double makespan() const { return makespan_; }
 

@@ -40,39 +40,58 @@ void for_each_element(const Box& box, const std::vector<int64_t>& shape, int ele
   }
 }
 
+bool in_mesh(const Mesh& mesh, DeviceId device) {
+  return std::find(mesh.devices().begin(), mesh.devices().end(), device) != mesh.devices().end();
+}
+
+bool in_meshes(const TensorResharding& t, DeviceId device) {
+  return in_mesh(t.src.mesh, device) || in_mesh(t.dst.mesh, device);
+}
+
 }  // namespace
 
-DeviceTiles tiles_of(const Resharding& problem, DeviceId device) {
-  Box empty = full_box(problem.tensor.shape);
+DeviceTiles tiles_of(const Batch& batch, int tensor, DeviceId device) {
+  const TensorResharding& t = batch.tensors.at(tensor);
+  Box empty = full_box(t.tensor.shape);
   for (auto& d : empty.dims) d = {0, 0};
   DeviceTiles tiles{empty, empty};
   const auto find = [&](const Layout& layout, Box& tile) {
     const auto& devices = layout.mesh.devices();
     const auto it = std::find(devices.begin(), devices.end(), device);
-    if (it != devices.end()) tile = tile_at(problem.tensor, layout, it - devices.begin());
+    if (it != devices.end()) tile = tile_at(t.tensor, layout, it - devices.begin());
   };
-  find(problem.src, tiles.src);
-  find(problem.dst, tiles.dst);
+  find(t.src, tiles.src);
+  find(t.dst, tiles.dst);
   return tiles;
+}
+
+DeviceTiles tiles_of(const Resharding& problem, DeviceId device) {
+  return tiles_of(Batch::of_one(problem), 0, device);
+}
+
+std::vector<TileBuffers> allocate_tile_buffers(const Batch& batch,
+                                               const std::vector<DeviceId>& devices) {
+  std::vector<TileBuffers> buffers;
+  for (DeviceId d : devices)
+    for (int t = 0; t < static_cast<int>(batch.tensors.size()); ++t) {
+      if (!in_meshes(batch.tensors[t], d)) continue;
+      const DeviceTiles tiles = tiles_of(batch, t, d);
+      const int64_t elem = dtype_size(batch.tensors[t].tensor.dtype);
+      buffers.push_back({d, t, std::vector<std::byte>(tiles.src.volume() * elem),
+                         std::vector<std::byte>(tiles.dst.volume() * elem)});
+    }
+  return buffers;
 }
 
 std::vector<TileBuffers> allocate_tile_buffers(const Resharding& problem,
                                                const std::vector<DeviceId>& devices) {
-  const int64_t elem = dtype_size(problem.tensor.dtype);
-  std::vector<TileBuffers> buffers;
-  buffers.reserve(devices.size());
-  for (DeviceId d : devices) {
-    const DeviceTiles tiles = tiles_of(problem, d);
-    buffers.push_back({d, std::vector<std::byte>(tiles.src.volume() * elem),
-                       std::vector<std::byte>(tiles.dst.volume() * elem)});
-  }
-  return buffers;
+  return allocate_tile_buffers(Batch::of_one(problem), devices);
 }
 
 std::vector<DeviceBuffers> buffer_views(std::vector<TileBuffers>& buffers) {
   std::vector<DeviceBuffers> views;
   views.reserve(buffers.size());
-  for (auto& b : buffers) views.push_back({b.device, b.src, b.dst});
+  for (auto& b : buffers) views.push_back({b.device, b.src, b.dst, b.tensor});
   return views;
 }
 
@@ -94,22 +113,32 @@ int64_t count_pattern_errors(const Box& box, const std::vector<int64_t>& shape, 
   return errors;
 }
 
-void prepare_tiles(const Resharding& problem, std::vector<TileBuffers>& buffers) {
-  const int elem = dtype_size(problem.tensor.dtype);
+void prepare_tiles(const Batch& batch, std::vector<TileBuffers>& buffers) {
   for (auto& b : buffers) {
-    fill_pattern(tiles_of(problem, b.device).src, problem.tensor.shape, elem, b.src);
+    const TensorSpec& tensor = batch.tensors.at(b.tensor).tensor;
+    fill_pattern(tiles_of(batch, b.tensor, b.device).src, tensor.shape, dtype_size(tensor.dtype),
+                 b.src);
     std::fill(b.dst.begin(), b.dst.end(), kPoison);
   }
 }
 
+void prepare_tiles(const Resharding& problem, std::vector<TileBuffers>& buffers) {
+  prepare_tiles(Batch::of_one(problem), buffers);
+}
+
+int64_t count_destination_errors(const Batch& batch, const std::vector<TileBuffers>& buffers) {
+  int64_t errors = 0;
+  for (const auto& b : buffers) {
+    const TensorSpec& tensor = batch.tensors.at(b.tensor).tensor;
+    errors += count_pattern_errors(tiles_of(batch, b.tensor, b.device).dst, tensor.shape,
+                                   dtype_size(tensor.dtype), b.dst);
+  }
+  return errors;
+}
+
 int64_t count_destination_errors(const Resharding& problem,
                                  const std::vector<TileBuffers>& buffers) {
-  const int elem = dtype_size(problem.tensor.dtype);
-  int64_t errors = 0;
-  for (const auto& b : buffers)
-    errors +=
-        count_pattern_errors(tiles_of(problem, b.device).dst, problem.tensor.shape, elem, b.dst);
-  return errors;
+  return count_destination_errors(Batch::of_one(problem), buffers);
 }
 
 }  // namespace meshcast

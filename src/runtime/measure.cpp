@@ -22,13 +22,13 @@ Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& 
   if (o.warmup < 0)
     throw InvalidArgument(fmt::format("bad warmup count {}: expected >= 0", o.warmup));
   const auto compiled = executor.compile(plan);
-  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
   const auto views = buffer_views(buffers);
-  prepare_tiles(plan.problem, buffers);
+  prepare_tiles(plan.batch, buffers);
   Measurement m;
   for (int i = 0; i < o.warmup + o.iters; ++i) {
     const bool last = i + 1 == o.warmup + o.iters;
-    if (last && o.verify) prepare_tiles(plan.problem, buffers);
+    if (last && o.verify) prepare_tiles(plan.batch, buffers);
     executor.barrier();
     const double seconds = executor.max_over_processes(compiled->run(views).seconds);
     if (i >= o.warmup) m.times_s.push_back(seconds);
@@ -36,8 +36,9 @@ Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& 
   m.median_s = median(m.times_s);
   if (o.verify) {
     int64_t elements = 0;
-    for (DeviceId d : compiled->devices_here()) elements += tiles_of(plan.problem, d).dst.volume();
-    m.errors = executor.sum_over_processes(count_destination_errors(plan.problem, buffers));
+    for (const TileBuffers& b : buffers)
+      elements += tiles_of(plan.batch, b.tensor, b.device).dst.volume();
+    m.errors = executor.sum_over_processes(count_destination_errors(plan.batch, buffers));
     m.checked = executor.sum_over_processes(elements);
     m.verified = m.errors == 0;
   }

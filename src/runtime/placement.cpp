@@ -3,28 +3,34 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "meshcast/error.h"
 
 namespace meshcast {
 namespace {
 
-std::vector<DeviceTiles> all_device_tiles(const Resharding& p) {
-  Box empty = full_box(p.tensor.shape);
+std::vector<DeviceTiles> all_device_tiles(const TensorResharding& t, const Cluster& cluster) {
+  Box empty = full_box(t.tensor.shape);
   for (auto& d : empty.dims) d = {0, 0};
-  std::vector<DeviceTiles> tiles(p.cluster.devices(), DeviceTiles{empty, empty});
-  for (int64_t i = 0; i < p.src.mesh.size(); ++i)
-    tiles[p.src.mesh.device_at(i)].src = tile_at(p.tensor, p.src, i);
-  for (int64_t i = 0; i < p.dst.mesh.size(); ++i)
-    tiles[p.dst.mesh.device_at(i)].dst = tile_at(p.tensor, p.dst, i);
+  std::vector<DeviceTiles> tiles(cluster.devices(), DeviceTiles{empty, empty});
+  for (int64_t i = 0; i < t.src.mesh.size(); ++i)
+    tiles[t.src.mesh.device_at(i)].src = tile_at(t.tensor, t.src, i);
+  for (int64_t i = 0; i < t.dst.mesh.size(); ++i)
+    tiles[t.dst.mesh.device_at(i)].dst = tile_at(t.tensor, t.dst, i);
   return tiles;
 }
 
-void check_op_shape(const Op& op, const Resharding& p, int index) {
+void check_op_shape(const Op& op, const Batch& batch, int index) {
   const auto fail = [&](std::string_view what) {
     throw InvalidArgument(
         fmt::format("plan op {} (id {}, {}): {}", index, op.id, to_string(op.kind), what));
   };
+  if (op.tensor < 0 || op.tensor >= static_cast<int>(batch.tensors.size()))
+    fail(fmt::format("tensor {} does not exist: the batch has {} tensors", op.tensor,
+                     batch.tensors.size()));
+  const TensorSpec& tensor = batch.tensors[op.tensor].tensor;
+  const Cluster& cluster = batch.cluster;
   if (op.receivers.empty()) fail("has no receivers");
   if (op.kind == OpKind::allgather) {
     if (op.sender) fail(fmt::format("an allgather has no sender, but it names {}", *op.sender));
@@ -38,35 +44,42 @@ void check_op_shape(const Op& op, const Resharding& p, int index) {
         fmt::format("a copy needs sender == receiver, got {} and {}", *op.sender, op.receivers[0]));
   auto devices = participants(op);
   for (DeviceId d : devices)
-    if (d < 0 || d >= p.cluster.devices())
-      fail(fmt::format("device {} is outside the cluster's {} devices", d, p.cluster.devices()));
+    if (d < 0 || d >= cluster.devices())
+      fail(fmt::format("device {} is outside the cluster's {} devices", d, cluster.devices()));
   std::sort(devices.begin(), devices.end());
   if (auto dup = std::adjacent_find(devices.begin(), devices.end()); dup != devices.end())
     fail(fmt::format("device {} appears twice", *dup));
-  if (!full_box(p.tensor.shape).contains(op.slice) || op.slice.empty())
+  if (!full_box(tensor.shape).contains(op.slice) || op.slice.empty())
     fail(fmt::format("slice {} is empty or outside the tensor {}", to_string(op.slice),
-                     shape_to_string(p.tensor.shape, 'x')));
+                     shape_to_string(tensor.shape, 'x')));
 }
 
-// What each device holds, in the order it received it; a device's source tile always counts.
+// What each device holds of each tensor, in the order it received it; a device's source tile
+// always counts.
 class Holdings {
  public:
-  explicit Holdings(const std::vector<DeviceTiles>& tiles) : tiles_(tiles), held_(tiles.size()) {}
+  explicit Holdings(const std::vector<std::vector<DeviceTiles>>& tiles)
+      : tiles_(tiles), held_(tiles.size()) {}
 
-  Place find(DeviceId d, const Box& box, const Op& op) const {
-    if (tiles_[d].src.contains(box)) return {d, BufferKind::src, -1, tiles_[d].src};
-    for (auto it = held_[d].rbegin(); it != held_[d].rend(); ++it)
-      if (it->first.contains(box)) return it->second;
+  Place find(DeviceId d, int tensor, const Box& box, const Op& op) const {
+    const Box& src = tiles_[tensor][d].src;
+    if (src.contains(box)) return {d, BufferKind::src, -1, src, tensor};
+    if (const auto it = held_[tensor].find(d); it != held_[tensor].end())
+      for (auto held = it->second.rbegin(); held != it->second.rend(); ++held)
+        if (held->first.contains(box)) return held->second;
     throw InvalidArgument(fmt::format(
         "plan op id {} ({}): device {} must send {}, but it does not hold it at this point (its "
         "source tile is {})",
-        op.id, to_string(op.kind), d, to_string(box), to_string(tiles_[d].src)));
+        op.id, to_string(op.kind), d, to_string(box), to_string(src)));
   }
-  void add(const Box& box, const Place& place) { held_[place.device].emplace_back(box, place); }
+  void add(const Box& box, const Place& place) {
+    held_[place.tensor][place.device].emplace_back(box, place);
+  }
 
  private:
-  const std::vector<DeviceTiles>& tiles_;
-  std::vector<std::vector<std::pair<Box, Place>>> held_;
+  const std::vector<std::vector<DeviceTiles>>& tiles_;
+  // Per tensor, per device that received any of it.
+  std::vector<std::unordered_map<DeviceId, std::vector<std::pair<Box, Place>>>> held_;
 };
 
 }  // namespace
@@ -81,16 +94,19 @@ std::vector<DeviceId> participants(const Op& op) {
 }
 
 Placement place_plan(const Plan& plan) {
-  const Resharding& p = plan.problem;
+  const Batch& batch = plan.batch;
+  const int devices = batch.cluster.devices();
   Placement out;
-  out.tiles = all_device_tiles(p);
-  out.staging.resize(out.tiles.size());
-  out.ops_of.resize(out.tiles.size());
+  for (const auto& t : batch.tensors) out.tiles.push_back(all_device_tiles(t, batch.cluster));
+  out.staging.resize(devices);
+  out.ops_of.resize(devices);
   out.ops.reserve(plan.ops.size());
   Holdings holdings(out.tiles);
   for (int k = 0; k < static_cast<int>(plan.ops.size()); ++k) {
     const Op& op = plan.ops[k];
-    check_op_shape(op, p, k);
+    check_op_shape(op, batch, k);
+    const int t = op.tensor;
+    const auto& tiles = out.tiles[t];
     for (DeviceId d : participants(op))
       if (out.ops_of[d].empty() || out.ops_of[d].back() != k) out.ops_of[d].push_back(k);
     OpPlacement placed;
@@ -99,21 +115,21 @@ Placement place_plan(const Plan& plan) {
       for (int i = 0; i < n; ++i) {
         const Box part = allgather_part(op.slice, n, i);
         const DeviceId r = op.receivers[i];
-        placed.part_sources.push_back(part.empty() ? Place{r, BufferKind::src, -1, out.tiles[r].src}
-                                                   : holdings.find(r, part, op));
+        placed.part_sources.push_back(part.empty() ? Place{r, BufferKind::src, -1, tiles[r].src, t}
+                                                   : holdings.find(r, t, part, op));
       }
     } else {
-      placed.source = holdings.find(*op.sender, op.slice, op);
+      placed.source = holdings.find(*op.sender, t, op.slice, op);
     }
     for (DeviceId r : op.receivers) {
-      const Box& tile = out.tiles[r].dst;
+      const Box& tile = tiles[r].dst;
       if (tile.contains(op.slice)) {
-        placed.targets.push_back({r, BufferKind::dst, -1, tile});
+        placed.targets.push_back({r, BufferKind::dst, -1, tile, t});
         placed.spills.push_back(std::nullopt);
       } else {
-        out.staging[r].push_back(op.slice);
+        out.staging[r].push_back({t, op.slice});
         placed.targets.push_back(
-            {r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1, op.slice});
+            {r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1, op.slice, t});
         const Box spill = intersect(op.slice, tile);
         placed.spills.push_back(spill.empty() ? std::nullopt : std::optional(spill));
       }

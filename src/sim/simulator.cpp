@@ -163,10 +163,16 @@ class Engine {
  public:
   Engine(const Plan& plan, const Cluster& cluster, const SimOptions& options)
       : plan_(plan), net_(cluster), options_(options) {
-    const int element_size = dtype_size(plan.problem.tensor.dtype);
     const size_t n = plan.ops.size();
+    const auto& tensors = plan.batch.tensors;
     models_.reserve(n);
-    for (const Op& op : plan.ops) models_.push_back(model_op(op, net_, cluster, element_size));
+    for (const Op& op : plan.ops) {
+      if (op.tensor < 0 || op.tensor >= static_cast<int>(tensors.size()))
+        throw InvalidArgument(
+            fmt::format("op {}: tensor {} does not exist: the batch has {} tensors", op.id,
+                        op.tensor, tensors.size()));
+      models_.push_back(model_op(op, net_, cluster, dtype_size(tensors[op.tensor].tensor.dtype)));
+    }
     state_.resize(n);
     flow_mark_.assign(n, 0);
     frozen_.assign(n, 0);
@@ -430,7 +436,7 @@ class Engine {
 }  // namespace
 
 SimResult simulate(const Plan& plan) {
-  return simulate(plan, plan.problem.cluster);
+  return simulate(plan, plan.batch.cluster);
 }
 
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options) {

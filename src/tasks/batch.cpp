@@ -37,6 +37,12 @@ void Batch::validate() const {
   }
 }
 
+int64_t Batch::bytes() const {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.tensor.bytes();
+  return total;
+}
+
 Resharding Batch::resharding(size_t index) const {
   const TensorResharding& t = tensors.at(index);
   return Resharding{t.tensor, t.src, t.dst, cluster};

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "meshcast/error.h"
@@ -156,6 +158,9 @@ void add_plan_source_options(CLI::App& verb, PlanSourceOptions& o) {
       ->capture_default_str();
   verb.add_option("--plan", o.plan_file,
                   "Load this plan document instead of planning (the layout options are ignored)");
+  verb.add_option("--batch", o.batch_file,
+                  "Plan the tensors of this batch file together (docs/json.md); it replaces the "
+                  "layout and cluster options");
 }
 
 Plan load_plan_file(const std::string& path) {
@@ -175,6 +180,24 @@ Plan load_plan_file(const std::string& path) {
     throw ParseError(fmt::format("plan file '{}': {}", path, e.what()));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("plan file '{}': {}", path, e.what()));
+  }
+}
+
+Batch load_batch_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(fmt::format("cannot read batch file '{}': no such file", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError(fmt::format("batch file '{}' is not JSON: {}", path, e.what()));
+  }
+  try {
+    return batch_from_json(j);
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("batch file '{}': {}", path, e.what()));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("batch file '{}': {}", path, e.what()));
   }
 }
 
@@ -221,10 +244,61 @@ Plan plan_from_options(const PlanSourceOptions& o) {
                       .chunk_bytes = o.chunk_bytes,
                       .search_effort = o.search_effort};
   if (!o.balance.empty()) options.balance = parse_balance(o.balance);
+  if (!o.batch_file.empty()) return make_plan(load_batch_file(o.batch_file), options);
   return make_plan(make_resharding(o.layout, o.cluster), options);
 }
 
-void print_problem_header(const Resharding& p) {
+namespace {
+
+// A tensor's class: its name with every run of digits replaced by '*' (layers.*.attn.q.weight).
+std::string tensor_class(std::string_view name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(name[i]))) {
+      out += '*';
+      while (i + 1 < name.size() && std::isdigit(static_cast<unsigned char>(name[i + 1]))) ++i;
+    } else {
+      out += name[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void print_problem_header(const Batch& batch) {
+  if (batch.tensors.size() > 1) {
+    fmt::print("batch of {} tensors, {}, on {} hosts x {} devices\n", batch.tensors.size(),
+               human_bytes(static_cast<double>(batch.bytes())), batch.cluster.hosts,
+               batch.cluster.devices_per_host);
+    struct Class {
+      int count = 0;
+      int64_t bytes = 0;
+      const TensorResharding* first = nullptr;
+    };
+    std::vector<std::string> order;  // classes in order of first appearance
+    std::map<std::string, Class> classes;
+    for (const auto& t : batch.tensors) {
+      const std::string name = tensor_class(t.name);
+      Class& c = classes[name];
+      if (c.count++ == 0) {
+        c.first = &t;
+        order.push_back(name);
+      }
+      c.bytes += t.tensor.bytes();
+    }
+    for (const auto& name : order) {
+      const Class& c = classes[name];
+      const TensorResharding& t = *c.first;
+      fmt::print("  {:<32} x{:<5} {:>12}  {} {}  {} {} -> {} {}\n", name, c.count,
+                 human_bytes(static_cast<double>(c.bytes)), shape_to_string(t.tensor.shape, 'x'),
+                 to_string(t.tensor.dtype), mesh_shape_to_string(t.src.mesh.shape()),
+                 t.src.spec.to_string(), mesh_shape_to_string(t.dst.mesh.shape()),
+                 t.dst.spec.to_string());
+    }
+    return;
+  }
+  const Resharding p = batch.resharding(0);
   fmt::print("tensor {} {} ({})\n", shape_to_string(p.tensor.shape, 'x'), to_string(p.tensor.dtype),
              human_bytes(static_cast<double>(p.tensor.bytes())));
   fmt::print("src {} {} -> dst {} {} on {} hosts x {} devices\n",

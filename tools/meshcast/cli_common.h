@@ -53,25 +53,32 @@ struct PlanSourceOptions {
   bool split = false;
   double search_effort = 1;
   int64_t chunk_bytes = 0;
-  std::string plan_file;  // --plan: a plan document replaces all options above
+  std::string plan_file;   // --plan: a plan document replaces all options above
+  std::string batch_file;  // --batch: a batch file replaces the layout and cluster options
 };
 
 // Adds the layout and cluster options, --strategy, --balance, --split, --search-effort,
-// --chunk-bytes and --plan.
+// --chunk-bytes, --plan and --batch.
 void add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
 
 // Reads a plan document (docs/json.md) and validates it. Throws ParseError or InvalidArgument
 // naming the file and the problem.
 Plan load_plan_file(const std::string& path);
+// Reads a batch file (docs/json.md) and validates it. Throws ParseError or InvalidArgument naming
+// the file, the tensor and the problem.
+Batch load_batch_file(const std::string& path);
 // Reads a cluster document (docs/json.md); missing keys keep `defaults`. Throws ParseError or
 // InvalidArgument naming the file and the problem.
 Cluster load_cluster_file(const std::string& path, const Cluster& defaults);
 
-// The plan of --plan, or make_plan over the options. Throws InvalidArgument naming a bad option.
+// The plan of --plan, or make_plan over the batch of --batch or the resharding the layout options
+// describe. Throws InvalidArgument naming a bad option.
 Plan plan_from_options(const PlanSourceOptions& options);
 
-// Two lines naming the tensor, the meshes, the specs and the cluster, atop text reports.
-void print_problem_header(const Resharding& problem);
+// Atop text reports. One tensor: two lines naming it, its meshes, specs and the cluster. A larger
+// batch: its size and cluster, then one line per tensor class (names equal but for their numbers,
+// e.g. layers.*.mlp.up.weight) with the count, the bytes and the first tensor's layouts.
+void print_problem_header(const Batch& batch);
 
 // "2.00 GiB (2147483648 B)"-style human sizes for text reports.
 std::string human_bytes(double bytes);

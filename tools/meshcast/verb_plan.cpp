@@ -1,4 +1,4 @@
-// `meshcast plan`: plan one resharding (or load / check a plan file) and report its cost.
+// `meshcast plan`: plan a resharding or a batch (or load / check a plan file) and report its cost.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -20,8 +20,7 @@ struct PlanVerbOptions {
 };
 
 void print_summary(const Plan& plan) {
-  const Resharding& p = plan.problem;
-  print_problem_header(p);
+  print_problem_header(plan.batch);
   std::map<OpKind, int> kinds;
   for (const Op& op : plan.ops) ++kinds[op.kind];
   std::string counts;

@@ -49,18 +49,22 @@ struct Report {
   int processes = 1;
 
   double effective_gbps() const {
-    return bytes_to_gbps(static_cast<double>(plan.problem.tensor.bytes()) / m.median_s);
+    return bytes_to_gbps(static_cast<double>(plan.batch.bytes()) / m.median_s);
   }
 };
 
 void print_text(const RunOptions& o, const Report& r) {
-  const auto& t = r.plan.problem.tensor;
-  const auto& c = r.plan.problem.cluster;
+  const Batch& b = r.plan.batch;
+  const auto& c = b.cluster;
   fmt::print("backend {}\n", backend_line(o, r.processes));
-  fmt::print("plan {}/{}: {} ops, tensor {} {} ({}), {} hosts x {} devices\n",
-             to_string(r.plan.strategy), to_string(r.plan.balance), r.plan.ops.size(),
-             shape_to_string(t.shape, 'x'), to_string(t.dtype),
-             human_bytes(static_cast<double>(t.bytes())), c.hosts, c.devices_per_host);
+  const std::string what =
+      b.tensors.size() == 1
+          ? fmt::format("tensor {} {}", shape_to_string(b.tensors[0].tensor.shape, 'x'),
+                        to_string(b.tensors[0].tensor.dtype))
+          : fmt::format("{} tensors", b.tensors.size());
+  fmt::print("plan {}/{}: {} ops, {} ({}), {} hosts x {} devices\n", to_string(r.plan.strategy),
+             to_string(r.plan.balance), r.plan.ops.size(), what,
+             human_bytes(static_cast<double>(b.bytes())), c.hosts, c.devices_per_host);
   const auto [lo, hi] = std::minmax_element(r.m.times_s.begin(), r.m.times_s.end());
   fmt::print("time: median {:.6f} s over {} iterations (+{} warmup), min {:.6f} s, max {:.6f} s\n",
              r.m.median_s, o.measure.iters, o.measure.warmup, *lo, *hi);
@@ -85,7 +89,8 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
                       {"strategy", to_string(r.plan.strategy)},
                       {"balance", to_string(r.plan.balance)},
                       {"ops", r.plan.ops.size()},
-                      {"tensor_bytes", r.plan.problem.tensor.bytes()},
+                      {"tensor_bytes", r.plan.batch.bytes()},
+                      {"tensors", r.plan.batch.tensors.size()},
                       {"iters", o.measure.iters},
                       {"warmup", o.measure.warmup},
                       {"times_s", r.m.times_s},
@@ -104,9 +109,8 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
 Report run_plan(Executor& executor, const RunOptions& o) {
   Report r;
   r.plan = plan_on_leader(executor, [&] { return plan_from_options(o.source); });
-  r.predicted_on = o.cluster_file.empty()
-                       ? r.plan.problem.cluster
-                       : load_cluster_file(o.cluster_file, r.plan.problem.cluster);
+  r.predicted_on = o.cluster_file.empty() ? r.plan.batch.cluster
+                                          : load_cluster_file(o.cluster_file, r.plan.batch.cluster);
   r.m = measure(executor, r.plan, o.measure);
   r.processes = static_cast<int>(executor.sum_over_processes(1));
   if (executor.is_leader()) r.predicted_s = simulate(r.plan, r.predicted_on).time_s;

@@ -61,21 +61,21 @@ Report run_simulation(const SimulateOptions& o) {
   Report r;
   auto start = Clock::now();
   r.plan = plan_from_options(o.source);
-  const Cluster cluster = target_cluster(o, r.plan.problem.cluster);
-  if (!(cluster == r.plan.problem.cluster)) {
-    Resharding problem = r.plan.problem;
-    problem.cluster = cluster;
-    problem.validate();
+  const Cluster cluster = target_cluster(o, r.plan.batch.cluster);
+  if (!(cluster == r.plan.batch.cluster)) {
+    Batch batch = r.plan.batch;
+    batch.cluster = cluster;
+    batch.validate();
     if (o.source.plan_file.empty()) {
       // Plan again for the cluster it will run on: balance=order weighs hosts by bandwidth.
-      r.plan = make_plan(problem, PlanOptions{.strategy = r.plan.strategy,
-                                              .balance = r.plan.balance,
-                                              .split = o.source.split,
-                                              .chunk_bytes = o.source.chunk_bytes,
-                                              .search_effort = o.source.search_effort});
+      r.plan = make_plan(batch, PlanOptions{.strategy = r.plan.strategy,
+                                            .balance = r.plan.balance,
+                                            .split = o.source.split,
+                                            .chunk_bytes = o.source.chunk_bytes,
+                                            .search_effort = o.source.search_effort});
     } else {
-      r.plan.problem = problem;
-      r.plan.lower_bound_s = lower_bound(problem, decompose(problem));
+      r.plan.batch = batch;
+      r.plan.lower_bound_s = lower_bound(batch, decompose(batch));
     }
   }
   r.plan_s = seconds_since(start);
@@ -87,19 +87,23 @@ Report run_simulation(const SimulateOptions& o) {
 }
 
 double effective_gbps(const Report& r) {
-  return bytes_to_gbps(static_cast<double>(r.plan.problem.tensor.bytes()) / r.sim.time_s);
+  return bytes_to_gbps(static_cast<double>(r.plan.batch.bytes()) / r.sim.time_s);
 }
 
 void print_text(const Report& r, int top) {
   const Plan& plan = r.plan;
-  const Cluster& c = plan.problem.cluster;
+  const Cluster& c = plan.batch.cluster;
   std::array<int64_t, 4> kinds{};
   for (const Op& op : plan.ops) ++kinds[static_cast<int>(op.kind)];
-  fmt::print("{} {} -> {} {}, tensor {} ({})\n",
-             mesh_shape_to_string(plan.problem.src.mesh.shape()), plan.problem.src.spec.to_string(),
-             mesh_shape_to_string(plan.problem.dst.mesh.shape()), plan.problem.dst.spec.to_string(),
-             shape_to_string(plan.problem.tensor.shape, 'x'),
-             human_bytes(static_cast<double>(plan.problem.tensor.bytes())));
+  if (plan.batch.tensors.size() == 1) {
+    const TensorResharding& t = plan.batch.tensors[0];
+    fmt::print("{} {} -> {} {}, tensor {} ({})\n", mesh_shape_to_string(t.src.mesh.shape()),
+               t.src.spec.to_string(), mesh_shape_to_string(t.dst.mesh.shape()),
+               t.dst.spec.to_string(), shape_to_string(t.tensor.shape, 'x'),
+               human_bytes(static_cast<double>(t.tensor.bytes())));
+  } else {
+    print_problem_header(plan.batch);
+  }
   fmt::print(
       "cluster: {} hosts x {} devices, {} NIC(s) per host at {:g} Gbps, {:g} Gbps device "
       "links, {:g} us latency{}\n",
@@ -139,8 +143,9 @@ nlohmann::json to_json(const Report& r) {
   return {{"meshcast_version", kVersion},
           {"strategy", to_string(r.plan.strategy)},
           {"balance", to_string(r.plan.balance)},
-          {"cluster", cluster_to_json(r.plan.problem.cluster)},
-          {"tensor_bytes", r.plan.problem.tensor.bytes()},
+          {"cluster", cluster_to_json(r.plan.batch.cluster)},
+          {"tensor_bytes", r.plan.batch.bytes()},
+          {"tensors", r.plan.batch.tensors.size()},
           {"time_s", r.sim.time_s},
           {"lower_bound_s", r.lower_bound_s},
           {"ratio", r.sim.time_s / r.lower_bound_s},
@@ -171,7 +176,7 @@ void add_simulate_verb(CLI::App& app) {
     if (!o->trace_file.empty())
       write_text_file(
           o->trace_file,
-          fmt::format("{}\n", chrome_trace(r.plan, r.plan.problem.cluster, r.sim).dump()));
+          fmt::format("{}\n", chrome_trace(r.plan, r.plan.batch.cluster, r.sim).dump()));
     if (o->json)
       std::cout << to_json(r).dump() << '\n';
     else

@@ -28,7 +28,7 @@ void print_text(const Resharding& p, const std::vector<UnitTask>& tasks, int lim
     for (auto r : t.receivers) hosts[p.cluster.host_of(r)] = true;
     for (const auto& [h, _] : hosts) per_host[h] += t.bytes;
   }
-  print_problem_header(p);
+  print_problem_header(Batch::of_one(p));
   fmt::print("unit tasks: {}   task bytes: {} ({} B)\n", tasks.size(),
              human_bytes(static_cast<double>(total)), total);
   for (const auto& [h, bytes] : per_host)

@@ -31,9 +31,11 @@ nlohmann::json task_to_json(const UnitTask& task);
 nlohmann::json box_to_json(const Box& box);
 Box box_from_json(const nlohmann::json& j);
 
-// The whole plan document, with "meshcast_version".
+// The whole plan document, with "meshcast_version": the batch's "cluster" and "tensors", and the
+// ops, each naming its tensor by index.
 nlohmann::json plan_to_json(const Plan& plan);
-// Throws ParseError naming the bad key or value; the result is validated as a Resharding.
+// Throws ParseError naming the bad key or value; the result's batch is validated. Also reads the
+// single-tensor form ("tensor", "src", "dst", "cluster"; ops without "tensor") as a batch of one.
 Plan plan_from_json(const nlohmann::json& j);
 
 }  // namespace meshcast

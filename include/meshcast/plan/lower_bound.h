@@ -1,15 +1,17 @@
-// lower_bound: DESIGN.md's bound on the time of any plan for a resharding, in seconds.
+// lower_bound: the bound of docs/concepts.md on the time of any plan for a batch, in seconds.
 #pragma once
 
 #include <vector>
 
-#include "meshcast/tasks/unit_task.h"
+#include "meshcast/tasks/batch.h"
 
 namespace meshcast {
 
-// max(network term, device term) of DESIGN.md, each host's and device's bytes divided by its
-// own bandwidth and the pooled sender term by the senders' summed NIC bandwidth. `tasks` are
-// decompose(problem).
+// max(network term, device term) over all tensors' unit tasks together, each host's and device's
+// bytes divided by its own bandwidth and the pooled sender term by the senders' summed NIC
+// bandwidth. `tasks` are decompose(batch).
+double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks);
+// The bound of Batch::of_one(problem); `tasks` are decompose(problem).
 double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks);
 
 }  // namespace meshcast

@@ -1,4 +1,5 @@
-// Plan: the ordered ops of one resharding, the value that the simulator and every executor play.
+// Plan: the ordered ops of a batch of reshardings, the value that the simulator and every executor
+// play.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 #include <vector>
 
 #include "meshcast/layout/box.h"
-#include "meshcast/tasks/unit_task.h"
+#include "meshcast/tasks/batch.h"
 
 namespace meshcast {
 
@@ -23,13 +24,14 @@ OpKind parse_op_kind(std::string_view text);
 Strategy parse_strategy(std::string_view text);
 Balance parse_balance(std::string_view text);
 
-// One op moves one box. send: sender -> receivers[0]. broadcast: sender -> receivers, chained in
-// this order. allgather: no sender; each receiver holds allgather_part(slice, n, i) and all end
-// with the whole slice. copy: sender == receivers[0].
+// One op moves one box of one tensor of the batch. send: sender -> receivers[0]. broadcast: sender
+// -> receivers, chained in this order. allgather: no sender; each receiver holds
+// allgather_part(slice, n, i) and all end with the whole slice. copy: sender == receivers[0].
 struct Op {
   int id = 0;
   OpKind kind = OpKind::send;
-  int task = 0;  // index into decompose(problem)
+  int tensor = 0;  // index into the batch's tensors
+  int task = 0;    // index into that tensor's unit tasks, decompose(batch)[tensor]
   Box slice = {};
   int64_t bytes = 0;
   std::optional<DeviceId> sender = {};
@@ -40,7 +42,7 @@ struct Op {
 };
 
 struct Plan {
-  Resharding problem;
+  Batch batch;  // a single tensor is a batch of one
   Strategy strategy = Strategy::broadcast;
   Balance balance = Balance::order;
   std::vector<Op> ops;  // in execution order (DESIGN.md)

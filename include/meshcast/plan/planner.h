@@ -1,4 +1,4 @@
-// make_plan: turns the unit tasks of one resharding into a Plan with a strategy and a balance mode.
+// make_plan: turns the unit tasks of a batch into one Plan with a strategy and a balance mode.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,12 @@ struct PlanOptions {
 // The balance mode `options` resolves to for its strategy.
 Balance effective_balance(const PlanOptions& options);
 
-// Throws InvalidArgument on an invalid problem, a negative chunk_bytes, or a search_effort that
-// is negative or not finite. The result passes validate_plan and carries the lower bound and the
-// bytes crossing host NICs.
+// Plans all tensors' unit tasks together: senders are balanced and ops ordered over the whole
+// batch, so every NIC works while others do. Throws InvalidArgument on an invalid batch (naming
+// the tensor), a negative chunk_bytes, or a search_effort that is negative or not finite. The
+// result passes validate_plan and carries the lower bound and the bytes crossing host NICs.
+Plan make_plan(const Batch& batch, const PlanOptions& options = {});
+// The plan of Batch::of_one(problem).
 Plan make_plan(const Resharding& problem, const PlanOptions& options = {});
 
 }  // namespace meshcast

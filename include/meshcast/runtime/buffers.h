@@ -1,4 +1,5 @@
-// Tile buffers of a resharding and the fill/check pattern that tests, the CLI and benchmarks use.
+// Tile buffers of a batch and the fill/check pattern that tests, the CLI and benchmarks use. Each
+// function taking a Resharding is the same function on Batch::of_one of it.
 #pragma once
 
 #include <cstddef>
@@ -10,22 +11,27 @@
 
 namespace meshcast {
 
-// The boxes one device holds: its tile of the source and of the destination layout. A device
-// outside a mesh gets an empty box of the tensor's rank.
+// The boxes one device holds of one tensor: its tile of the source and of the destination
+// layout. A device outside a mesh gets an empty box of the tensor's rank.
 struct DeviceTiles {
   Box src;
   Box dst;
 };
+DeviceTiles tiles_of(const Batch& batch, int tensor, DeviceId device);
 DeviceTiles tiles_of(const Resharding& problem, DeviceId device);
 
-// Tile memory owned by the caller of an executor.
+// Tile memory of one device and one tensor, owned by the caller of an executor.
 struct TileBuffers {
   DeviceId device = 0;
+  int tensor = 0;
   std::vector<std::byte> src;
   std::vector<std::byte> dst;
 };
 
-// Buffers sized for each device's tiles (zero-filled).
+// Buffers sized for the tiles of each of `devices` (zero-filled): one per (device, tensor) whose
+// source or destination mesh holds the device, device-major.
+std::vector<TileBuffers> allocate_tile_buffers(const Batch& batch,
+                                               const std::vector<DeviceId>& devices);
 std::vector<TileBuffers> allocate_tile_buffers(const Resharding& problem,
                                                const std::vector<DeviceId>& devices);
 std::vector<DeviceBuffers> buffer_views(std::vector<TileBuffers>& buffers);
@@ -39,8 +45,10 @@ int64_t count_pattern_errors(const Box& box, const std::vector<int64_t>& shape, 
                              std::span<const std::byte> buffer);
 
 // Every source tile filled with the pattern and every destination tile with a poison byte.
+void prepare_tiles(const Batch& batch, std::vector<TileBuffers>& buffers);
 void prepare_tiles(const Resharding& problem, std::vector<TileBuffers>& buffers);
-// Pattern errors over every destination tile of `buffers`.
+// Pattern errors over every destination tile of `buffers` (each element of each tensor).
+int64_t count_destination_errors(const Batch& batch, const std::vector<TileBuffers>& buffers);
 int64_t count_destination_errors(const Resharding& problem,
                                  const std::vector<TileBuffers>& buffers);
 

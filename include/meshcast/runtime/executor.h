@@ -13,12 +13,15 @@
 
 namespace meshcast {
 
-// The buffers of one device: its source tile (read) and destination tile (written), each
-// row-major over the tile's box. A device outside a mesh has an empty tile and an empty span.
+// The buffers of one device for one tensor of the plan's batch (index into plan.batch.tensors; 0
+// for a single tensor): its source tile (read) and destination tile (written), each row-major
+// over the tile's box. A device outside a tensor's mesh has an empty tile and an empty span, and
+// may be left out.
 struct DeviceBuffers {
   DeviceId device = 0;
   std::span<const std::byte> src = {};
   std::span<std::byte> dst = {};
+  int tensor = 0;
 };
 
 struct RunTiming {
@@ -35,8 +38,9 @@ class CompiledPlan {
   // own device under MPI.
   virtual const std::vector<DeviceId>& devices_here() const = 0;
 
-  // Starts playing the plan and returns. Throws InvalidArgument, before any byte moves, when a
-  // device with a non-empty tile is missing or a buffer's size differs from its tile's bytes.
+  // Starts playing the plan and returns. Throws InvalidArgument, before any byte moves, when the
+  // buffers of a (device, tensor) with a non-empty tile are missing, given twice, or of a size
+  // that differs from the tile's bytes; the message names the device and the tensor.
   // The buffers must stay alive and untouched until wait() returns.
   virtual void start(std::span<const DeviceBuffers> buffers) = 0;
   // Blocks until this process's part of the run started last is done.

@@ -12,13 +12,14 @@ namespace meshcast {
 
 enum class BufferKind : uint8_t { src, dst, staging };
 
-// Memory of one device that holds part of the tensor: its source tile, its destination tile or
+// Memory of one device that holds part of one tensor: its source tile, its destination tile or
 // one of its staging buffers, laid out row-major over `box`.
 struct Place {
   DeviceId device = 0;
   BufferKind kind = BufferKind::src;
   int staging = -1;  // index into Placement::staging[device]
   Box box = {};
+  int tensor = 0;
 
   bool operator==(const Place&) const = default;
 };
@@ -33,11 +34,17 @@ struct OpPlacement {
   std::vector<std::optional<Box>> spills;  // receiver i: slice ∩ its dst tile, when staged
 };
 
+// One staging buffer: a box of one tensor.
+struct StagedBox {
+  int tensor = 0;
+  Box box;
+};
+
 struct Placement {
-  std::vector<OpPlacement> ops;           // one per plan op, in plan order
-  std::vector<DeviceTiles> tiles;         // per device of the cluster
-  std::vector<std::vector<Box>> staging;  // per device: the boxes of its staging buffers
-  std::vector<std::vector<int>> ops_of;   // per device: indices of its ops, in plan order
+  std::vector<OpPlacement> ops;                 // one per plan op, in plan order
+  std::vector<std::vector<DeviceTiles>> tiles;  // per tensor, per device of the cluster
+  std::vector<std::vector<StagedBox>> staging;  // per device: the boxes of its staging buffers
+  std::vector<std::vector<int>> ops_of;         // per device: indices of its ops, in plan order
 };
 
 // Devices that take part in an op: the sender (if any) first, then the receivers (a copy's

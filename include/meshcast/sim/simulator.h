@@ -47,7 +47,7 @@ struct SimResult {
   int64_t events = 0;  // simulation steps (times at which the set of flows changed)
 };
 
-// Plays `plan` on plan.problem.cluster, or on `cluster` (whose devices must include every device
+// Plays `plan` on plan.batch.cluster, or on `cluster` (whose devices must include every device
 // the plan names). Execution semantics of DESIGN.md: each device takes part in its ops in plan
 // order and an op starts when all its participants have finished their earlier ops. Throws
 // InvalidArgument naming the op when an op is malformed or names a device outside the cluster.

@@ -1,6 +1,7 @@
 // Batch: many tensors resharded together on one cluster. A single tensor is a batch of one.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct Batch {
   // name, a bad shape, spec or mesh, or a mesh that does not fit the cluster; the message names
   // the tensor by index and name ("tensors[3] 'layers.0.wq': source: ...").
   void validate() const;
+  // Bytes of all tensors together.
+  int64_t bytes() const;
   // The resharding of tensor `index` alone on the batch's cluster.
   Resharding resharding(size_t index) const;
   // The batch holding `problem` alone, under `name`.

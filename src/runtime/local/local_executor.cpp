@@ -86,6 +86,7 @@ class WorkerPool {
 // Where a copy reads or writes: a tile buffer given at start(), or staging memory of the plan.
 struct BufferRef {
   DeviceId device = 0;
+  int tensor = 0;
   BufferKind kind = BufferKind::src;
   std::byte* staging = nullptr;
 };
@@ -100,9 +101,9 @@ struct Step {
 class LocalPlan final : public CompiledPlan {
  public:
   LocalPlan(const Plan& plan, WorkerPool& pool, const LocalOptions& options)
-      : pool_(pool), tiles_(plan.problem, mesh_devices(plan.problem)) {
+      : pool_(pool), tiles_(plan.batch, mesh_devices(plan.batch)) {
     const Placement placement = place_plan(plan);
-    elem_size_ = dtype_size(plan.problem.tensor.dtype);
+    for (const auto& t : plan.batch.tensors) elem_size_.push_back(dtype_size(t.tensor.dtype));
     devices_here_ = tiles_.devices();
     allocate_staging(placement);
     build_steps(plan, placement, options);
@@ -149,9 +150,9 @@ class LocalPlan final : public CompiledPlan {
   std::byte* resolve(const BufferRef& ref) const {
     switch (ref.kind) {
       case BufferKind::src:
-        return const_cast<std::byte*>(tiles_.src(ref.device));
+        return const_cast<std::byte*>(tiles_.src(ref.device, ref.tensor));
       case BufferKind::dst:
-        return tiles_.dst(ref.device);
+        return tiles_.dst(ref.device, ref.tensor);
       case BufferKind::staging:
         return ref.staging;
     }
@@ -161,19 +162,19 @@ class LocalPlan final : public CompiledPlan {
   void allocate_staging(const Placement& placement) {
     int64_t total = 0;
     for (const auto& boxes : placement.staging)
-      for (const Box& b : boxes) total += b.volume() * elem_size_;
+      for (const StagedBox& b : boxes) total += b.box.volume() * elem_size_[b.tensor];
     staging_memory_.resize(total);
     staging_.resize(placement.staging.size());
     int64_t offset = 0;
     for (size_t d = 0; d < placement.staging.size(); ++d)
-      for (const Box& b : placement.staging[d]) {
+      for (const StagedBox& b : placement.staging[d]) {
         staging_[d].push_back(staging_memory_.data() + offset);
-        offset += b.volume() * elem_size_;
+        offset += b.box.volume() * elem_size_[b.tensor];
       }
   }
 
   BufferRef ref(const Place& place) const {
-    return {place.device, place.kind,
+    return {place.device, place.tensor, place.kind,
             place.kind == BufferKind::staging ? staging_[place.device][place.staging] : nullptr};
   }
 
@@ -182,7 +183,8 @@ class LocalPlan final : public CompiledPlan {
   void add_copy(int op, const Box& region, const Place& from, const Place& to,
                 const LocalOptions& options) {
     if (region.empty() || from == to) return;
-    const int64_t bytes = region.volume() * elem_size_;
+    const int elem_size = elem_size_[from.tensor];
+    const int64_t bytes = region.volume() * elem_size;
     int64_t pieces =
         std::min<int64_t>(pool_.threads(), bytes / std::max<int64_t>(1, options.split_bytes));
     int dim = 0;
@@ -195,7 +197,7 @@ class LocalPlan final : public CompiledPlan {
         piece.dims[dim] = {region.dims[dim].lo + part.lo, region.dims[dim].lo + part.hi};
       }
       steps_.push_back(
-          {op, ref(from), ref(to), plan_strided_copy(piece, from.box, to.box, elem_size_)});
+          {op, ref(from), ref(to), plan_strided_copy(piece, from.box, to.box, elem_size)});
     }
   }
 
@@ -207,7 +209,7 @@ class LocalPlan final : public CompiledPlan {
       const int n = static_cast<int>(op.receivers.size());
       for (int i = 0; i < n; ++i) {
         const DeviceId r = op.receivers[i];
-        const Place dst{r, BufferKind::dst, -1, placement.tiles[r].dst};
+        const Place dst{r, BufferKind::dst, -1, placement.tiles[op.tensor][r].dst, op.tensor};
         // What receiver i gets and from where: the whole slice from the sender, or every
         // member's part of an allgather.
         for (int j = 0; j < (op.kind == OpKind::allgather ? n : 1); ++j) {
@@ -273,7 +275,7 @@ class LocalPlan final : public CompiledPlan {
 
   WorkerPool& pool_;
   BufferTable tiles_;
-  int elem_size_ = 1;
+  std::vector<int> elem_size_;  // per tensor
   std::vector<DeviceId> devices_here_;
   std::vector<std::byte> staging_memory_;
   std::vector<std::vector<std::byte*>> staging_;  // per device, per staging box

@@ -68,6 +68,7 @@ enum class Memory { src, dst, staging, scratch };
 struct BufferRef {
   Memory memory = Memory::src;
   int64_t offset = 0;
+  int tensor = 0;  // src, dst: whose tile
 };
 
 struct LocalCopy {
@@ -129,7 +130,7 @@ class MpiPlan final : public CompiledPlan {
   MpiExecutor& executor_;
   int slot_;
   int rank_;
-  int elem_size_;
+  std::vector<int> elem_size_;  // per tensor
   BufferTable tiles_;
   std::vector<std::byte> staging_memory_;
   std::vector<int64_t> staging_offsets_;  // of this rank's staging boxes
@@ -172,7 +173,7 @@ class MpiExecutor final : public Executor {
   std::string_view backend() const override { return "mpi"; }
 
   std::unique_ptr<CompiledPlan> compile(const Plan& plan) override {
-    const Cluster& c = plan.problem.cluster;
+    const Cluster& c = plan.batch.cluster;
     if (c.devices() != size_)
       throw InvalidArgument(fmt::format(
           "the plan's cluster has {} devices ({} hosts x {} per host), but MPI started {} ranks: "
@@ -303,13 +304,13 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
     : executor_(executor),
       slot_(slot),
       rank_(executor.rank()),
-      elem_size_(dtype_size(plan.problem.tensor.dtype)),
-      tiles_(plan.problem, {executor.rank()}) {
+      tiles_(plan.batch, {executor.rank()}) {
+  for (const auto& t : plan.batch.tensors) elem_size_.push_back(dtype_size(t.tensor.dtype));
   const Placement placement = place_plan(plan);
   int64_t staged = 0;
-  for (const Box& b : placement.staging[rank_]) {
+  for (const StagedBox& b : placement.staging[rank_]) {
     staging_offsets_.push_back(staged);
-    staged += b.volume() * elem_size_;
+    staged += b.box.volume() * elem_size_[b.tensor];
   }
   staging_memory_.resize(staged);
   for (int k : placement.ops_of[rank_]) compile_op(plan.ops[k], placement.ops[k], placement, k);
@@ -329,9 +330,9 @@ MpiPlan::~MpiPlan() {
 BufferRef MpiPlan::ref(const Place& place) const {
   switch (place.kind) {
     case BufferKind::src:
-      return {Memory::src, 0};
+      return {Memory::src, 0, place.tensor};
     case BufferKind::dst:
-      return {Memory::dst, 0};
+      return {Memory::dst, 0, place.tensor};
     case BufferKind::staging:
       return {Memory::staging, staging_offsets_[place.staging]};
   }
@@ -341,9 +342,9 @@ BufferRef MpiPlan::ref(const Place& place) const {
 std::byte* MpiPlan::resolve(const BufferRef& r) const {
   switch (r.memory) {
     case Memory::src:
-      return const_cast<std::byte*>(tiles_.src(rank_)) + r.offset;
+      return const_cast<std::byte*>(tiles_.src(rank_, r.tensor)) + r.offset;
     case Memory::dst:
-      return tiles_.dst(rank_) + r.offset;
+      return tiles_.dst(rank_, r.tensor) + r.offset;
     case Memory::staging:
       return const_cast<std::byte*>(staging_memory_.data()) + r.offset;
     case Memory::scratch:
@@ -355,19 +356,21 @@ std::byte* MpiPlan::resolve(const BufferRef& r) const {
 void MpiPlan::add_copy(std::vector<LocalCopy>& list, const Box& region, const Place& from,
                        const Place& to) {
   if (region.empty() || from == to) return;
-  list.push_back({ref(from), ref(to), plan_strided_copy(region, from.box, to.box, elem_size_)});
+  list.push_back(
+      {ref(from), ref(to), plan_strided_copy(region, from.box, to.box, elem_size_[from.tensor])});
 }
 
 void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placement& placement,
                          int index) {
   RankOp out;
   out.tag = executor_.tag(slot_, index, static_cast<int64_t>(placement.ops.size()));
-  out.bytes = op.slice.volume() * elem_size_;
+  const int elem_size = elem_size_[op.tensor];
+  out.bytes = op.slice.volume() * elem_size;
   const int n = static_cast<int>(op.receivers.size());
   // This rank's position among the receivers; n for the sender of a send or broadcast.
   const int me = static_cast<int>(std::find(op.receivers.begin(), op.receivers.end(), rank_) -
                                   op.receivers.begin());
-  const Place dst{rank_, BufferKind::dst, -1, placement.tiles[rank_].dst};
+  const Place dst{rank_, BufferKind::dst, -1, placement.tiles[op.tensor][rank_].dst, op.tensor};
 
   if (op.kind == OpKind::copy) {
     out.action = Action::local;
@@ -381,17 +384,17 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
     int64_t offset = 0;
     for (int j = 0; j < n; ++j) {
       const Box part = allgather_part(op.slice, n, j);
-      const int64_t bytes = part.volume() * elem_size_;
+      const int64_t bytes = part.volume() * elem_size;
       if (n == 1) {
         add_copy(out.after, part, placed.part_sources[j], target);
       } else if (bytes > 0) {
         const Place& held = placed.part_sources[j];
         if (j == me)
           out.before.push_back({ref(held), scratch(offset, bytes),
-                                plan_strided_copy(part, held.box, part, elem_size_)});
+                                plan_strided_copy(part, held.box, part, elem_size)});
         if (j != me || held != target)
           out.after.push_back({scratch(offset, bytes), ref(target),
-                               plan_strided_copy(part, part, target.box, elem_size_)});
+                               plan_strided_copy(part, part, target.box, elem_size)});
       }
       out.counts.push_back(static_cast<int>(bytes));
       out.displs.push_back(static_cast<int>(offset));
@@ -414,11 +417,11 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
     const Place& holder = me == n ? *placed.source : placed.targets[me];
     if (is_contiguous_in(op.slice, holder.box)) {  // sent or received in place, no packing
       out.message = ref(holder);
-      out.message.offset += offset_in(op.slice, holder.box, elem_size_);
+      out.message.offset += offset_in(op.slice, holder.box, elem_size);
     } else {
       out.message = scratch(0, out.bytes);
-      const StridedCopy pack = plan_strided_copy(op.slice, holder.box, op.slice, elem_size_);
-      const StridedCopy unpack = plan_strided_copy(op.slice, op.slice, holder.box, elem_size_);
+      const StridedCopy pack = plan_strided_copy(op.slice, holder.box, op.slice, elem_size);
+      const StridedCopy unpack = plan_strided_copy(op.slice, op.slice, holder.box, elem_size);
       if (me == n)
         out.before.push_back({ref(holder), out.message, pack});
       else
