@@ -36,9 +36,9 @@ void BM_LocalReshard(benchmark::State& state) {
       paper_plan(static_cast<int>(state.range(0)), static_cast<Strategy>(state.range(1)));
   auto executor = make_local_executor({.threads = static_cast<int>(state.range(2))});
   const auto compiled = executor->compile(plan);
-  auto buffers = allocate_tile_buffers(plan.problem, compiled->devices_here());
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
   const auto views = buffer_views(buffers);
-  prepare_tiles(plan.problem, buffers);
+  prepare_tiles(plan.batch, buffers);
   compiled->run(views);  // first touch of every page
   testing::allocations = 0;
   testing::counting_allocations = true;
@@ -48,7 +48,7 @@ void BM_LocalReshard(benchmark::State& state) {
   state.counters["delivered_MiB"] = static_cast<double>(delivered_bytes(plan)) / (1 << 20);
   state.counters["allocs_per_run"] =
       static_cast<double>(testing::allocations) / static_cast<double>(state.iterations());
-  if (count_destination_errors(plan.problem, buffers) != 0) state.SkipWithError("wrong bytes");
+  if (count_destination_errors(plan.batch, buffers) != 0) state.SkipWithError("wrong bytes");
 }
 
 // memcpy of the same delivered bytes, one thread, one contiguous block, pages touched before.

@@ -19,6 +19,10 @@ std::vector<DeviceId> mesh_devices(const Batch& batch) {
   return devices;
 }
 
+std::vector<DeviceId> mesh_devices(const Resharding& problem) {
+  return mesh_devices(Batch::of_one(problem));
+}
+
 BufferTable::BufferTable(const Batch& batch, std::vector<DeviceId> devices_here)
     : devices_here_(std::move(devices_here)), position_(batch.cluster.devices(), -1) {
   for (const auto& t : batch.tensors) tensor_names_.push_back(t.name);

@@ -13,6 +13,7 @@ namespace meshcast {
 
 // Devices of every tensor's source and destination mesh, sorted, each once.
 std::vector<DeviceId> mesh_devices(const Batch& batch);
+std::vector<DeviceId> mesh_devices(const Resharding& problem);
 
 class BufferTable {
  public:

@@ -15,10 +15,10 @@ namespace meshcast {
 // One tensor of a batch: its unique name, shape, dtype, source and destination layouts. Meshes
 // may differ from tensor to tensor (e.g. the pipeline stages of a trainer).
 struct TensorResharding {
-  std::string name;
-  TensorSpec tensor;
-  Layout src;
-  Layout dst;
+  std::string name = {};
+  TensorSpec tensor = {};
+  Layout src = {};
+  Layout dst = {};
 
   bool operator==(const TensorResharding&) const = default;
 };

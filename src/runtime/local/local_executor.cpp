@@ -231,7 +231,7 @@ class LocalPlan final : public CompiledPlan {
     const int ops = static_cast<int>(plan.ops.size());
     initial_deps_.assign(ops, 0);
     std::vector<std::vector<int>> successors(ops);
-    std::vector<int> previous(placement.tiles.size(), -1);
+    std::vector<int> previous(placement.ops_of.size(), -1);  // per device
     for (int k = 0; k < ops; ++k) {
       std::vector<int> before;
       for (DeviceId d : participants(plan.ops[k])) {
