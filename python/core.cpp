@@ -284,7 +284,9 @@ struct PlanTensor {
   Layout dst;
 };
 std::vector<PlanTensor> tensors_of(const Plan& plan) {
-  return {{"tensor", plan.problem.tensor, plan.problem.src, plan.problem.dst}};
+  std::vector<PlanTensor> out;
+  for (const auto& t : plan.batch.tensors) out.push_back({t.name, t.tensor, t.src, t.dst});
+  return out;
 }
 
 // The buffers one device passes for one tensor.
@@ -303,7 +305,8 @@ class Resharder {
     compiled_ = executor_->compile(plan_);
     for (DeviceId device : compiled_->devices_here())
       for (size_t i = 0; i < tensors_.size(); ++i)
-        here_.push_back({static_cast<int>(i), device, tiles_of(plan_.problem, device)});
+        here_.push_back(
+            {static_cast<int>(i), device, tiles_of(plan_.batch, static_cast<int>(i), device)});
   }
 
   // A run still in flight finishes before its buffers' owners and the plan go.
@@ -358,7 +361,7 @@ class Resharder {
       const std::string label = tensor_label(tensor);
       const py::dict given_src = src[tensor];
       const py::dict given_out = outputs[tensor];
-      DeviceBuffers b{.device = device};
+      DeviceBuffers b{.device = device, .tensor = tensor};
       const py::int_ key(device);
       if (!tiles.src.empty()) {
         if (!given_src.contains(key))
@@ -465,13 +468,14 @@ PYBIND11_MODULE(_core, m) {
                              [](const Plan& p) { return std::string(to_string(p.strategy)); })
       .def_property_readonly("balance",
                              [](const Plan& p) { return std::string(to_string(p.balance)); })
-      .def_property_readonly("shape", [](const Plan& p) { return p.problem.tensor.shape; })
+      .def_property_readonly("shape", [](const Plan& p) { return p.batch.tensors[0].tensor.shape; })
       .def_property_readonly(
-          "dtype", [](const Plan& p) { return std::string(to_string(p.problem.tensor.dtype)); })
+          "dtype",
+          [](const Plan& p) { return std::string(to_string(p.batch.tensors[0].tensor.dtype)); })
       .def_property_readonly("src_spec",
-                             [](const Plan& p) { return p.problem.src.spec.to_string(); })
+                             [](const Plan& p) { return p.batch.tensors[0].src.spec.to_string(); })
       .def_property_readonly("dst_spec",
-                             [](const Plan& p) { return p.problem.dst.spec.to_string(); })
+                             [](const Plan& p) { return p.batch.tensors[0].dst.spec.to_string(); })
       .def("to_json", [](const Plan& p) { return plan_to_json(p).dump(); })
       .def_static(
           "from_json",
@@ -491,9 +495,9 @@ PYBIND11_MODULE(_core, m) {
       .def("__eq__", [](const Plan& a, const Plan& b) { return a == b; })
       .def("__repr__", [](const Plan& p) {
         return fmt::format("Plan({} ops, {} {} -> {}, lower_bound_s={:g})", p.ops.size(),
-                           shape_to_string(p.problem.tensor.shape, 'x'),
-                           p.problem.src.spec.to_string(), p.problem.dst.spec.to_string(),
-                           p.lower_bound_s);
+                           shape_to_string(p.batch.tensors[0].tensor.shape, 'x'),
+                           p.batch.tensors[0].src.spec.to_string(),
+                           p.batch.tensors[0].dst.spec.to_string(), p.lower_bound_s);
       });
 
   py::class_<Resharder>(m, "Resharder")
