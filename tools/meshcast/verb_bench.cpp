@@ -13,6 +13,7 @@
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/suites/bench.h"
+#include "meshcast/suites/weights.h"
 #include "meshcast/version.h"
 #include "run_common.h"
 #include "verbs.h"
@@ -52,10 +53,11 @@ class Progress {
     if (shown_) fmt::print(stderr, "\r\033[K");
   }
   void step(const BenchCase& c, const StrategyChoice& s) {
+    step(fmt::format("case {} {} {}", c.label, c.description, s.name()));
+  }
+  void step(std::string_view what) {
     ++done_;
-    if (shown_)
-      fmt::print(stderr, "\r\033[K[{}/{}] case {} {} {}", done_, total_, c.label, c.description,
-                 s.name());
+    if (shown_) fmt::print(stderr, "\r\033[K[{}/{}] {}", done_, total_, what);
   }
 
  private:
@@ -180,8 +182,85 @@ Cluster load_links(const std::string& path) {
   return links;
 }
 
+void print_weights_table(const std::vector<WeightsCase>& suite,
+                         const std::vector<WeightsRow>& rows) {
+  fmt::print("suite weights, backend sim; cluster: {}\n",
+             suite.empty() ? "-" : cluster_line(suite.front().batch.cluster));
+  size_t width = 5;
+  for (const auto& r : rows) width = std::max(width, r.label.size());
+  fmt::print("{:<{}} {:<16} {:>8} {:>10} {:>10} {:>7} {:>12} {:>8}\n", "model", width, "method",
+             "tensors", "time (s)", "bound (s)", "/bound", "NIC bytes", "joint x");
+  std::string last;
+  for (const auto& r : rows) {
+    if (r.label != last)
+      fmt::print("{:<{}} {}, {}\n", r.label, width, r.description,
+                 human_bytes(static_cast<double>(r.model_bytes)));
+    last = r.label;
+    fmt::print("{:<{}} {:<16} {:>8} {:>10.3f} {:>10.3f} {:>7.3f} {:>12} {:>8}\n", "", width,
+               to_string(r.method), r.tensors, r.time_s, r.lower_bound_s, r.ratio(),
+               human_bytes(static_cast<double>(r.network_bytes)),
+               r.joint_speedup > 0 ? fmt::format("{:.2f}x", r.joint_speedup) : "-");
+  }
+  fmt::print(
+      "time: simulated; /bound: time / the batch's lower bound; NIC bytes: bytes sent over host "
+      "NICs; joint x: this method's time / joint's time (joint's speedup over it)\n");
+}
+
+nlohmann::json weights_json(const std::vector<WeightsCase>& suite,
+                            const std::vector<WeightsRow>& rows) {
+  nlohmann::json j = {{"meshcast_version", kVersion}, {"suite", "weights"}, {"backend", "sim"}};
+  if (!suite.empty()) j["cluster"] = cluster_to_json(suite.front().batch.cluster);
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : rows)
+    j["rows"].push_back(
+        {{"model", r.label},
+         {"description", r.description},
+         {"method", to_string(r.method)},
+         {"time_s", r.time_s},
+         {"lower_bound_s", r.lower_bound_s},
+         {"ratio", r.ratio()},
+         {"network_bytes", r.network_bytes},
+         {"joint_speedup", r.joint_speedup > 0 ? nlohmann::json(r.joint_speedup) : nullptr},
+         {"tensors", r.tensors},
+         {"model_bytes", r.model_bytes},
+         {"ops", r.ops},
+         {"plan_s", r.plan_s}});
+  return j;
+}
+
+// The weights suite: whole models, each by every method, simulated.
+void run_weights(const BenchOptions& o) {
+  if (o.backend != "sim")
+    throw InvalidArgument(fmt::format(
+        "--suite weights: bad --backend '{}': expected sim (the full_broadcast and "
+        "gather_broadcast baselines deliver more than each device's slice, which the executors "
+        "cannot play yet)",
+        o.backend));
+  if (!o.cases.empty() || !o.strategies.empty() || o.scale)
+    throw InvalidArgument(
+        "--suite weights runs every model with every method: expected no --cases, --strategies "
+        "or --scale");
+  const auto suite = weights_suite();
+  const auto methods = all_weights_methods();
+  std::vector<WeightsRow> rows;
+  {
+    Progress progress(suite.size() * methods.size());
+    for (const auto& c : suite)
+      for (const auto m : methods) {
+        progress.step(fmt::format("{} {}", c.label, to_string(m)));
+        rows.push_back(weights_row(c, m));
+      }
+  }
+  fill_joint_speedups(rows);
+  if (o.json)
+    std::cout << weights_json(suite, rows).dump() << '\n';
+  else
+    print_weights_table(suite, rows);
+}
+
 void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
+  if (o.suite == "weights") return run_weights(o);
   if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
   const auto strategies = o.strategies.empty() ? all_strategies() : parse_strategies(o.strategies);
   const auto numbers = o.cases.empty() ? std::vector<int>{} : parse_case_numbers(o.cases);
@@ -204,7 +283,7 @@ void run_bench(const BenchOptions& o) {
     suite = random_suite(o.seed, o.count);
   } else {
     throw InvalidArgument(
-        fmt::format("bad --suite '{}': expected paper, single-sender or random", o.suite));
+        fmt::format("bad --suite '{}': expected paper, single-sender, random or weights", o.suite));
   }
 
   const auto links =
@@ -267,7 +346,8 @@ void add_bench_verb(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* verb = app.add_subcommand(
       "bench", "Time every case of a suite with every strategy (simulated by default)");
-  verb->add_option("--suite", o->suite, "paper | single-sender | random")->capture_default_str();
+  verb->add_option("--suite", o->suite, "paper | single-sender | random | weights")
+      ->capture_default_str();
   verb->add_option("--seed", o->seed, "Seed of the random suite")->capture_default_str();
   verb->add_option("--count", o->count, "Cases of the random suite")->capture_default_str();
   verb->add_option("--cases", o->cases, "Paper cases to run, e.g. 1,7 (default: all)");
