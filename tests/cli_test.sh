@@ -210,5 +210,12 @@ echo '{"cluster": {}, "tensors": 3}' >"$BATCH_DIR/not-a-list.json"
 check batch-not-a-list 2 "bad value for 'tensors': expected an array" -- "$MESHCAST" plan --batch "$BATCH_DIR/not-a-list.json"
 rm -rf "$BATCH_DIR"
 
+WEIGHTS_DIR=$(mktemp -d)
+"$MESHCAST" bench --suite weights --json >"$WEIGHTS_DIR/weights.json" 2>&1
+check bench-weights-json 0 '\{"description":"Llama-70B tp=8,pp=4,dp=1 -> tp=8,pp=1,replicas=8","joint_speedup":[0-9.]+,"lower_bound_s":[0-9.]+,"method":"gather_broadcast","model":"llama70b"' -- cat "$WEIGHTS_DIR/weights.json"
+rm -rf "$WEIGHTS_DIR"
+check bench-weights-backend 2 "--suite weights: bad --backend 'local': expected sim" -- "$MESHCAST" bench --suite weights --backend local
+check bench-weights-strategies 2 "--suite weights runs every model with every method" -- "$MESHCAST" bench --suite weights --strategies send_recv
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]
