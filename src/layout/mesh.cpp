@@ -5,15 +5,27 @@
 #include <charconv>
 #include <unordered_set>
 
+#include "meshcast/checked.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
 namespace {
 
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (auto x : v) p *= x;
-  return p;
+// The device count of a mesh shape with positive axes; throws InvalidArgument when it exceeds
+// kMaxDevices, the bound a cluster has too.
+int64_t device_count(const std::vector<int64_t>& shape) {
+  const auto n = checked_product(shape);
+  if (!n || *n > kMaxDevices)
+    throw InvalidArgument(fmt::format("mesh {} has {} devices: expected at most {}",
+                                      mesh_shape_to_string(shape),
+                                      n ? fmt::format("{}", *n) : "more than 2^63", kMaxDevices));
+  return *n;
+}
+
+// A device id given by the user: 0..kMaxDevices-1, the ids any cluster can have.
+void check_device_id(int64_t id) {
+  if (id < 0 || id >= kMaxDevices)
+    throw InvalidArgument(fmt::format("bad device id {}: expected 0..{}", id, kMaxDevices - 1));
 }
 
 // Splits on any of `separators`; every item must be a non-negative integer.
@@ -47,13 +59,13 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<DeviceId> devices)
     if (shape_[i] <= 0)
       throw InvalidArgument(fmt::format("bad mesh shape {}: axis {} is {}, expected > 0",
                                         mesh_shape_to_string(shape_), i, shape_[i]));
-  if (static_cast<int64_t>(devices_.size()) != product(shape_))
+  if (static_cast<int64_t>(devices_.size()) != device_count(shape_))
     throw InvalidArgument(fmt::format("mesh {} needs {} devices, the device list has {}",
-                                      mesh_shape_to_string(shape_), product(shape_),
+                                      mesh_shape_to_string(shape_), device_count(shape_),
                                       devices_.size()));
   std::unordered_set<DeviceId> seen;
   for (auto d : devices_) {
-    if (d < 0) throw InvalidArgument(fmt::format("bad device id {}: expected >= 0", d));
+    check_device_id(d);
     if (!seen.insert(d).second)
       throw InvalidArgument(fmt::format("device {} appears twice in the device list of mesh {}", d,
                                         mesh_shape_to_string(shape_)));
@@ -69,9 +81,17 @@ Mesh Mesh::placed(std::vector<int64_t> shape, int first_host, int devices_per_ho
     throw InvalidArgument(
         fmt::format("mesh {} puts {} devices on each host, but hosts have {} devices",
                     mesh_shape_to_string(shape), per_host, devices_per_host));
-  const int64_t count = product(shape);
+  const int64_t count = device_count(shape);
+  // Ids grow with the flat index: the last one, in int64, is the largest.
+  const int64_t last_id =
+      (first_host + (count - 1) / per_host) * int64_t{devices_per_host} + (count - 1) % per_host;
+  if (last_id >= kMaxDevices)
+    throw InvalidArgument(fmt::format(
+        "mesh {} placed from host {} on hosts of {} devices needs device ids beyond {}: expected "
+        "ids below {}",
+        mesh_shape_to_string(shape), first_host, devices_per_host, kMaxDevices - 1, kMaxDevices));
   std::vector<DeviceId> devices;
-  devices.reserve(count > 0 ? count : 0);
+  devices.reserve(count);
   for (int64_t i = 0; i < count; ++i)
     devices.push_back(
         static_cast<DeviceId>((first_host + i / per_host) * devices_per_host + i % per_host));
@@ -106,13 +126,16 @@ std::vector<int64_t> parse_mesh_shape(std::string_view text) {
     if (n <= 0)
       throw InvalidArgument(
           fmt::format("bad mesh shape '{}': axis size {} must be positive", text, n));
+  device_count(shape);
   return shape;
 }
 
 std::vector<DeviceId> parse_device_list(std::string_view text) {
   std::vector<DeviceId> ids;
-  for (auto v : parse_integers(text, ",", "device list", "0,1,2,3"))
+  for (auto v : parse_integers(text, ",", "device list", "0,1,2,3")) {
+    check_device_id(v);
     ids.push_back(static_cast<DeviceId>(v));
+  }
   return ids;
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <charconv>
 
+#include "meshcast/checked.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -50,13 +51,20 @@ DType parse_dtype(std::string_view text) {
 }
 
 int64_t TensorSpec::elements() const {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
+  const auto n = checked_product(shape);
+  if (!n)
+    throw InvalidArgument(
+        fmt::format("tensor {} has more than {} elements", shape_to_string(shape, 'x'), INT64_MAX));
+  return *n;
 }
 
 int64_t TensorSpec::bytes() const {
-  return elements() * dtype_size(dtype);
+  const auto n = checked_multiply(elements(), dtype_size(dtype));
+  if (!n)
+    throw InvalidArgument(fmt::format("tensor {} of {} has {} elements, more than {} bytes",
+                                      shape_to_string(shape, 'x'), to_string(dtype), elements(),
+                                      INT64_MAX));
+  return *n;
 }
 
 void TensorSpec::validate() const {
@@ -67,6 +75,7 @@ void TensorSpec::validate() const {
     if (shape[i] <= 0)
       throw InvalidArgument(fmt::format("bad tensor shape {}: dimension {} is {}, expected > 0",
                                         shape_to_string(shape), i, shape[i]));
+  bytes();  // throws when the element or byte count does not fit int64
 }
 
 std::vector<int64_t> parse_shape(std::string_view text) {
@@ -89,6 +98,9 @@ std::vector<int64_t> parse_shape(std::string_view text) {
   if (static_cast<int>(shape.size()) > kMaxRank)
     throw InvalidArgument(
         fmt::format("bad shape '{}': {} dimensions, at most {}", text, shape.size(), kMaxRank));
+  if (!checked_product(shape))
+    throw InvalidArgument(
+        fmt::format("bad shape '{}': more than {} elements in all", text, INT64_MAX));
   return shape;
 }
 

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <optional>
+#include <type_traits>
+#include <vector>
 
 #include "meshcast/error.h"
 #include "meshcast/version.h"
@@ -13,15 +17,53 @@ namespace {
 
 using nlohmann::json;
 
-// j[key] as T, or ParseError naming the key and what was expected.
+// The JSON integer `j` as T, or ParseError naming `what` and the value when it is not an
+// integer that fits T: ids and counts are never narrowed silently.
+template <typename T>
+T integer_as(const json& j, std::string_view what) {
+  const auto fail = [&] {
+    return ParseError(fmt::format("{} is {}: expected an integer in {}..{}", what, j.dump(),
+                                  std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  };
+  if (j.is_number_unsigned()) {
+    const uint64_t v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) throw fail();
+    return static_cast<T>(v);
+  }
+  if (!j.is_number_integer()) throw fail();
+  const int64_t v = j.get<int64_t>();
+  if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) throw fail();
+  return static_cast<T>(v);
+}
+
+// std::vector of an integer type (read element by element, range-checked).
+template <typename T>
+struct is_integer_vector : std::false_type {};
+template <typename T>
+struct is_integer_vector<std::vector<T>> : std::is_integral<T> {};
+
+// j[key] as T, or ParseError naming the key and what was expected. Integers (alone or in
+// arrays) are range-checked instead of narrowed.
 template <typename T>
 T field(const json& j, std::string_view key, std::string_view where) {
   if (!j.is_object() || !j.contains(key))
     throw ParseError(fmt::format("{}: missing key '{}'", where, key));
-  try {
-    return j.at(std::string(key)).get<T>();
-  } catch (const json::exception& e) {
-    throw ParseError(fmt::format("{}: bad value for '{}': {}", where, key, e.what()));
+  const json& value = j.at(std::string(key));
+  const std::string what = fmt::format("{}: '{}'", where, key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return integer_as<T>(value, what);
+  } else if constexpr (is_integer_vector<T>::value) {
+    if (!value.is_array()) throw ParseError(fmt::format("{}: expected an array of integers", what));
+    T out;
+    for (size_t i = 0; i < value.size(); ++i)
+      out.push_back(integer_as<typename T::value_type>(value[i], fmt::format("{}[{}]", what, i)));
+    return out;
+  } else {
+    try {
+      return value.get<T>();
+    } catch (const json::exception& e) {
+      throw ParseError(fmt::format("{}: bad value for '{}': {}", where, key, e.what()));
+    }
   }
 }
 

@@ -6,8 +6,6 @@
 namespace meshcast {
 namespace {
 
-constexpr std::byte kPoison{0xA5};
-
 uint64_t pattern_value(int64_t global_index) {
   // splitmix64: neighbouring indices get unrelated bytes.
   uint64_t x = static_cast<uint64_t>(global_index) + 0x9E3779B97F4A7C15ull;
@@ -46,6 +44,16 @@ bool in_mesh(const Mesh& mesh, DeviceId device) {
 
 bool in_meshes(const TensorResharding& t, DeviceId device) {
   return in_mesh(t.src.mesh, device) || in_mesh(t.dst.mesh, device);
+}
+
+// The poison: every byte of element g is the complement of the pattern's, so an element that
+// is never written differs from the pattern whatever its value and dtype.
+void fill_poison(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                 std::span<std::byte> buffer) {
+  for_each_element(box, shape, elem_size, [&](int64_t g, int64_t offset) {
+    const uint64_t v = ~pattern_value(g);
+    std::memcpy(buffer.data() + offset, &v, elem_size);
+  });
 }
 
 }  // namespace
@@ -118,7 +126,8 @@ void prepare_tiles(const Batch& batch, std::vector<TileBuffers>& buffers) {
     const TensorSpec& tensor = batch.tensors.at(b.tensor).tensor;
     fill_pattern(tiles_of(batch, b.tensor, b.device).src, tensor.shape, dtype_size(tensor.dtype),
                  b.src);
-    std::fill(b.dst.begin(), b.dst.end(), kPoison);
+    fill_poison(tiles_of(batch, b.tensor, b.device).dst, tensor.shape, dtype_size(tensor.dtype),
+                b.dst);
   }
 }
 

@@ -30,17 +30,19 @@ class WorkerPool {
     int step = 0;
   };
 
+  // When a thread cannot be started, the ones already running are stopped and joined before the
+  // error leaves (a constructor that throws runs no destructor).
   explicit WorkerPool(int threads) {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
+    try {
+      for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    } catch (const std::exception& e) {
+      const int started = static_cast<int>(workers_.size());
+      stop();
+      throw Error(fmt::format("cannot start {} worker threads (started {}): {}", threads, started,
+                              e.what()));
     }
-    ready_.notify_all();
-    workers_.clear();  // joins
   }
+  ~WorkerPool() { stop(); }
   int threads() const { return static_cast<int>(workers_.size()); }
 
   // Each step of a compiled plan is queued at most once per run.
@@ -72,6 +74,14 @@ class WorkerPool {
 
  private:
   void work();
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    workers_.clear();  // joins
+  }
 
   std::mutex mutex_;
   std::condition_variable ready_;

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Hostile input on the command line (issue 15): values that do not fit and thread limits end in
+# a clear message and exit 2, in bounded time.
+# Usage: reliability_cli_test.sh path/to/meshcast
+set -u
+MESHCAST=$1
+failures=0
+passes=0
+# Every command gets a time limit: a hang is a failure, not a stuck test suite.
+check() {  # check NAME EXPECTED_EXIT PATTERN -- command args...
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$(timeout 120 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL $name: exit $rc, expected $want"; echo "$out" | head -20; failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -20; failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+# The two commands at the top of the issue.
+check shape-overflow 2 "bad shape '99999999999,99999999999,9999999': more than" -- "$MESHCAST" plan --shape 99999999999,99999999999,9999999 --src-mesh 2 --src-spec S0RR --dst-mesh 2 --dst-spec RRR
+check mesh-too-large 2 "mesh 100000x100000 has 10000000000 devices: expected at most 4194304" -- "$MESHCAST" plan --shape 8,8 --src-mesh 100000x100000 --src-spec S0R --dst-mesh 2 --dst-spec RR
+# Device ids are not narrowed to int.
+check host-offset-overflow 2 "placed from host 1073741824 on hosts of 4 devices" -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2 --src-spec S0R --dst-spec RS0 --dst-host-offset 1073741824 --devices-per-host 4
+check device-list-overflow 2 "bad device id 4294967296: expected 0..4194303" -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2 --src-spec S0R --dst-spec RS0 --src-devices 4294967296,1
+# Shapes whose byte counts overflow: refused before any buffer is sized.
+check run-tile-bytes-overflow 2 "bad shape '4294967296,4294967296'" -- "$MESHCAST" run --shape 4294967296,4294967296 --src-mesh 2 --src-spec S0R --dst-spec RS0 --iters 1 --warmup 0
+check run-verify-overflow 2 "more than 9223372036854775807 bytes" -- "$MESHCAST" run --shape 9223372036854775807 --src-mesh 2 --src-spec S0 --dst-spec R --iters 1 --warmup 0 --verify
+# Threads that cannot be created: an error, not a hang (the started ones are stopped).
+check threads-unavailable 2 "cannot start 1000 worker threads" -- bash -c "ulimit -v 2000000; exec '$MESHCAST' run --shape 8,8 --src-mesh 2 --src-spec S0R --dst-spec RS0 --threads 1000 --iters 1 --warmup 0"
+
+echo "$passes passed, $failures failed"
+[[ $failures -eq 0 ]]
