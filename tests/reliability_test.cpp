@@ -5,6 +5,7 @@
 #include <string>
 
 #include "meshcast/error.h"
+#include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/runtime/buffers.h"
@@ -81,6 +82,27 @@ TEST(OverflowTest, PlanAndClusterDocumentsDoNotNarrowIntegers) {
         cluster_from_json({{"hosts", int64_t{4294967297}}});
       },
       {"'hosts'", "4294967297"});
+}
+
+TEST(OverflowTest, ScheduleSizesAreCheckedBeforeAnythingIsSizedByThem) {
+  // Used to allocate gigabytes in schedule --check before validating.
+  expect_error<InvalidArgument>(
+      [] {
+        pipeline::schedule_from_json(
+            nlohmann::json::parse(R"({"order":[["F0","B0"]],"chunks":2147483647})"));
+      },
+      {"2147483647 chunks"});
+  expect_error<ParseError>(
+      [] {
+        pipeline::schedule_from_json(
+            nlohmann::json::parse(R"({"order":[["F0","B0"]],"microbatches":4294967297})"));
+      },
+      {"\"microbatches\"", "4294967297"});
+  expect_error<ParseError>([] { pipeline::schedule_from_text("F2147483647 B0\n"); },
+                           {"F2147483647"});
+  expect_error<InvalidArgument>(
+      [] { pipeline::check_schedule_size(2147483647, 2147483647, 2147483647); },
+      {"more than 2^63"});
 }
 
 TEST(VerifyTest, AnElementNeverWrittenIsAlwaysCaught) {

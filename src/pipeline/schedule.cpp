@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
+#include <limits>
 
+#include "meshcast/checked.h"
 #include "meshcast/error.h"
 
 namespace meshcast::pipeline {
@@ -56,7 +60,8 @@ std::vector<Step> interleaved_order(int n, int m, int v, int d) {
 int parse_index(std::string_view text, std::string_view whole) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value < 0)
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || value < 0 ||
+      value == std::numeric_limits<int>::max())
     throw ParseError(
         fmt::format("bad step '{}': expected [chunk]F|B<microbatch>, e.g. F3 or 1B2", whole));
   return value;
@@ -81,6 +86,7 @@ Schedule custom_schedule(std::vector<std::vector<Step>> order) {
   Schedule s{.kind = ScheduleKind::custom, .stages = static_cast<int>(order.size())};
   for (const auto& row : order)
     for (const auto& step : row) {
+      // parse_index keeps indices below INT_MAX, so the sizes fit an int.
       s.microbatches = std::max(s.microbatches, step.microbatch + 1);
       s.chunks = std::max(s.chunks, step.chunk + 1);
     }
@@ -113,12 +119,14 @@ void check_schedule_size(int stages, int microbatches, int chunks) {
   if (microbatches < 1)
     throw InvalidArgument(fmt::format("bad microbatch count {}: expected >= 1", microbatches));
   if (chunks < 1) throw InvalidArgument(fmt::format("bad chunk count {}: expected >= 1", chunks));
-  const int64_t cells = int64_t{stages} * microbatches * chunks;
-  if (cells > kMaxScheduleCells)
+  // Three ints may overflow int64 together: the product is checked.
+  const auto cells = checked_product(std::array<int64_t, 3>{stages, microbatches, chunks});
+  if (!cells || *cells > kMaxScheduleCells)
     throw InvalidArgument(
         fmt::format("schedule too large: {} stages x {} microbatches x {} chunks "
                     "= {} microbatch-chunks, expected at most {}",
-                    stages, microbatches, chunks, cells, kMaxScheduleCells));
+                    stages, microbatches, chunks,
+                    cells ? fmt::format("{}", *cells) : "more than 2^63", kMaxScheduleCells));
 }
 
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
@@ -267,10 +275,15 @@ Schedule schedule_from_json(const nlohmann::json& j) {
   // Declared sizes win over inferred ones, so that a missing step is reported as missing.
   for (auto [key, field] : {std::pair{"microbatches", &s.microbatches}, {"chunks", &s.chunks}}) {
     if (!j.contains(key)) continue;
-    if (!j[key].is_number_integer())
-      throw ParseError(fmt::format("bad \"{}\": {}: expected an integer", key, j[key].dump()));
-    *field = j[key].get<int>();
+    const auto& value = j[key];
+    if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+        value.get<int64_t>() > std::numeric_limits<int>::max())
+      throw ParseError(fmt::format("bad \"{}\": {}: expected an integer in 1..{}", key,
+                                   value.dump(), std::numeric_limits<int>::max()));
+    *field = static_cast<int>(value.get<int64_t>());
   }
+  // Checked before anything (a validation, a lowering) is sized by them.
+  check_schedule_size(s.stages, s.microbatches, s.chunks);
   if (j.contains("kind") && j["kind"].is_string() && j["kind"] != "custom")
     s.kind = parse_schedule_kind(j["kind"].get<std::string>());
   return s;
