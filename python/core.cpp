@@ -99,20 +99,34 @@ std::string alpa_spec(const py::handle& layout, int tensor_rank) {
   return to_layout(layout, tensor_rank).spec.to_string();
 }
 
-Plan plan(const std::vector<int64_t>& shape, const std::string& dtype, const py::handle& src,
-          const py::handle& dst, const py::handle& cluster, const std::string& strategy,
-          const std::optional<std::string>& balance, bool split, int64_t chunk_bytes,
-          double search_effort) {
-  Resharding p;
-  p.tensor = {shape, parse_dtype(dtype)};
-  p.tensor.validate();
-  p.cluster = to_cluster(cluster);
-  for (auto [layout, side, name] : {std::tuple{&src, &p.src, "src"}, {&dst, &p.dst, "dst"}}) {
+// One tensor of mc.plan: (name, shape, dtype, src layout, dst layout).
+using TensorArgs =
+    std::tuple<std::string, std::vector<int64_t>, std::string, py::object, py::object>;
+
+// mc.plan of one tensor (`batched` false: errors name "src"/"dst" as before) or of a batch.
+Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle& cluster,
+          const std::string& strategy, const std::optional<std::string>& balance, bool split,
+          int64_t chunk_bytes, double search_effort) {
+  Batch batch;
+  batch.cluster = to_cluster(cluster);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, shape, dtype, src, dst] = tensors[i];
+    const std::string where = batched ? fmt::format("tensors[{}] '{}': ", i, name) : "";
+    TensorResharding t{.name = name};
     try {
-      *side = to_layout(*layout, p.tensor.rank());
+      t.tensor = {shape, parse_dtype(dtype)};
+      t.tensor.validate();
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument(fmt::format("{}: {}", name, e.what()));
+      throw InvalidArgument(where + e.what());
     }
+    for (auto [layout, side, label] : {std::tuple{&src, &t.src, "src"}, {&dst, &t.dst, "dst"}}) {
+      try {
+        *side = to_layout(*layout, t.tensor.rank());
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("{}{}: {}", where, label, e.what()));
+      }
+    }
+    batch.tensors.push_back(std::move(t));
   }
   PlanOptions options{.strategy = parse_strategy(strategy),
                       .split = split,
@@ -123,13 +137,14 @@ Plan plan(const std::vector<int64_t>& shape, const std::string& dtype, const py:
     throw InvalidArgument(fmt::format("bad chunk_bytes {}: expected >= 0", chunk_bytes));
   if (search_effort < 0)
     throw InvalidArgument(fmt::format("bad search_effort {}: expected >= 0", search_effort));
-  return make_plan(p, options);
+  return batched ? make_plan(batch, options) : make_plan(batch.resharding(0), options);
 }
 
 py::dict op_to_dict(const Op& op) {
   py::dict d;
   d["id"] = op.id;
   d["kind"] = std::string(to_string(op.kind));
+  d["tensor"] = op.tensor;
   d["task"] = op.task;
   d["slice"] = box_to_tuple(op.slice);
   d["bytes"] = op.bytes;
@@ -434,9 +449,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("tiles", &tiles, py::arg("shape"), py::arg("layout"));
   m.def("global_shape", &global_shape, py::arg("tile_shapes"), py::arg("layout"));
   m.def("alpa_spec", &alpa_spec, py::arg("layout"), py::arg("tensor_rank"));
-  m.def("plan", &plan, py::arg("shape"), py::arg("dtype"), py::arg("src"), py::arg("dst"),
-        py::arg("cluster"), py::arg("strategy"), py::arg("balance"), py::arg("split"),
-        py::arg("chunk_bytes"), py::arg("search_effort"));
+  m.def("plan", &plan, py::arg("tensors"), py::arg("batched"), py::arg("cluster"),
+        py::arg("strategy"), py::arg("balance"), py::arg("split"), py::arg("chunk_bytes"),
+        py::arg("search_effort"));
 
   py::class_<LinkStats>(m, "Link")
       .def_readonly("name", &LinkStats::name)
@@ -476,6 +491,12 @@ PYBIND11_MODULE(_core, m) {
                              [](const Plan& p) { return p.batch.tensors[0].src.spec.to_string(); })
       .def_property_readonly("dst_spec",
                              [](const Plan& p) { return p.batch.tensors[0].dst.spec.to_string(); })
+      .def_property_readonly("tensors",
+                             [](const Plan& p) {
+                               std::vector<std::string> names;
+                               for (const auto& t : p.batch.tensors) names.push_back(t.name);
+                               return names;
+                             })
       .def("to_json", [](const Plan& p) { return plan_to_json(p).dump(); })
       .def_static(
           "from_json",

@@ -112,15 +112,35 @@ class Layout:
 Plan = _core.Plan
 
 
-def plan(shape, dtype, src, dst, cluster, strategy="broadcast", balance=None, split=False,
-         chunk_bytes=0, search_effort=1.0):
-    """Plans resharding a tensor of `shape` and `dtype` from layout `src` to `dst`; the keywords
-    are the CLI's --strategy, --balance, --split, --chunk-bytes and --search-effort."""
-    for name, value, kind in (("src", src, Layout), ("dst", dst, Layout), ("cluster", cluster, Cluster)):
-        if not isinstance(value, kind):
-            raise TypeError(f"{name} {value!r}: expected an mc.{kind.__name__}")
-    return _core.plan(list(shape), str(dtype), src, dst, cluster, strategy, balance, split,
-                      chunk_bytes, search_effort)
+def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, strategy="broadcast",
+         balance=None, split=False, chunk_bytes=0, search_effort=1.0):
+    """Plans resharding one tensor (`shape`, `dtype`, layouts `src` -> `dst`) or a batch,
+    `tensors` = {name: (shape, dtype, src, dst)} planned together; the other keywords are the
+    CLI's --strategy, --balance, --split, --chunk-bytes and --search-effort."""
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster {cluster!r}: expected an mc.Cluster")
+    if tensors is None:
+        entries = [("tensor", shape, dtype, src, dst)]
+    elif not isinstance(tensors, dict) or not tensors:
+        raise TypeError(f"tensors: expected a non-empty dict {{name: (shape, dtype, src, dst)}}")
+    elif any(v is not None for v in (shape, dtype, src, dst)):
+        raise TypeError("plan(): give either tensors= or shape=, dtype=, src=, dst=, not both")
+    else:
+        entries = []
+        for name, entry in tensors.items():
+            if not isinstance(entry, (tuple, list)) or len(entry) != 4:
+                raise TypeError(f"tensors[{name!r}]: {entry!r}, expected (shape, dtype, src, dst)")
+            entries.append((str(name), *entry))
+    for name, shape_, dtype_, src_, dst_ in entries:
+        where = "" if tensors is None else f"tensors[{name!r}]: "
+        if shape_ is None or dtype_ is None:
+            raise TypeError(f"{where}shape and dtype are required")
+        for side, value in (("src", src_), ("dst", dst_)):
+            if not isinstance(value, Layout):
+                raise TypeError(f"{where}{side} {value!r}: expected an mc.Layout")
+    return _core.plan([(n, list(sh), str(dt), s_, d_) for n, sh, dt, s_, d_ in entries],
+                      tensors is not None, cluster, strategy, balance, split, chunk_bytes,
+                      search_effort)
 
 
 def _is_torch(value):
@@ -160,7 +180,9 @@ class Resharder:
         (allocated when None) and returns; wait() returns the outputs. The GIL is released while
         the bytes move."""
         names = self._names
-        batched = len(names) > 1
+        # A batch's shards are {name: {device: array}}; a plan of one tensor also takes
+        # {device: array}, and returns its outputs in the form it was given.
+        batched = len(names) > 1 or (isinstance(src, dict) and any(isinstance(k, str) for k in src))
         what = "{name: {device: array}}" if batched else "{device: array}"
         if not isinstance(src, dict):
             raise TypeError(f"src: got {type(src).__name__}, expected a dict {what}")

@@ -1,0 +1,78 @@
+"""Batches: many named tensors planned together and run with {name: {device: array}}, every
+element checked against mc.shard of its global array."""
+import numpy as np
+import pytest
+import torch
+
+import meshcast as mc
+
+CLUSTER = mc.Cluster(hosts=4, devices_per_host=4)
+TRAIN = mc.Mesh([2, 4], range(0, 8), axis_names=("dp", "tp"))
+SERVE = mc.Mesh([4, 2], range(8, 16), axis_names=("replica", "tp"))
+
+
+def batch():
+    return {
+        "embed": ((50, 12), "float32", mc.Layout(TRAIN, mc.P("tp", None)),
+                  mc.Layout(SERVE, [mc.Replicate(), mc.Shard(1)])),
+        "qkv": ((36, 12), "float32", mc.Layout(TRAIN, [mc.Replicate(), mc.Shard(0)]),
+                mc.Layout(SERVE, "RS1")),
+        "norm": ((12,), "float64", mc.Layout(TRAIN, "R"), mc.Layout(SERVE, mc.P(None))),
+        "steps": ((3, 5), "int64", mc.Layout(TRAIN, [mc.Shard(0), mc.Shard(0)]),
+                  mc.Layout(SERVE, "S0/1R")),
+    }
+
+
+def globals_of(tensors, torch_tensors=False):
+    out = {}
+    for name, (shape, dtype, _, _) in tensors.items():
+        x = (np.arange(int(np.prod(shape))) * 3 + len(name)).astype(dtype).reshape(shape)
+        out[name] = torch.from_numpy(x) if torch_tensors else x
+    return out
+
+
+@pytest.mark.parametrize("use_torch", [False, True])
+def test_batch_every_element(use_torch):
+    tensors = batch()
+    plan = mc.plan(tensors, cluster=CLUSTER)
+    assert plan.tensors == list(tensors)
+    assert {op["tensor"] for op in plan.ops} == set(range(len(tensors)))
+    xs = globals_of(tensors, use_torch)
+    src = {name: mc.shard(xs[name], tensors[name][2]) for name in tensors}
+    out = mc.Resharder(plan).run(src)
+    assert sorted(out) == sorted(tensors)
+    for name, (_, _, _, dst) in tensors.items():
+        want = mc.shard(xs[name], dst)
+        assert sorted(out[name]) == sorted(want), name
+        for d in want:
+            got = out[name][d].numpy() if use_torch else out[name][d]
+            wanted = want[d].numpy() if use_torch else want[d]
+            assert np.array_equal(got, wanted), (name, d)
+
+
+def test_batch_plan_json_round_trip_and_simulation():
+    plan = mc.plan(batch(), cluster=CLUSTER, strategy="send_recv")
+    again = mc.Plan.from_json(plan.to_json())
+    assert again.to_json() == plan.to_json() and again.tensors == plan.tensors
+    assert plan.simulate().time_s >= plan.lower_bound_s * (1 - 1e-9)
+
+
+def test_batch_bad_input_names_the_tensor():
+    tensors = batch()
+    plan = mc.plan(tensors, cluster=CLUSTER)
+    xs = globals_of(tensors)
+    src = {name: mc.shard(xs[name], tensors[name][2]) for name in tensors}
+    resharder = mc.Resharder(plan)
+    bad = dict(src, qkv={d: a.astype(np.float64) for d, a in src["qkv"].items()})
+    with pytest.raises(ValueError, match=r"src\['qkv'\]\[\d+\]: dtype float64, expected float32"):
+        resharder.run(bad)
+    with pytest.raises(ValueError, match=r"src: tensor 'bias' is not in the plan"):
+        resharder.run(dict(src, bias={}))
+    missing = {name: v for name, v in src.items() if name != "norm"}
+    with pytest.raises(ValueError, match=r"src\['norm'\]: no shard for device 0"):
+        resharder.run(missing)
+    with pytest.raises(ValueError, match=r"tensors\[2\] 'norm'"):
+        mc.plan(dict(tensors, norm=((12,), "float64", mc.Layout(TRAIN, "RR"),
+                                    mc.Layout(SERVE, "R"))), cluster=CLUSTER)
+    with pytest.raises(TypeError, match="expected \\(shape, dtype, src, dst\\)"):
+        mc.plan({"w": (1, 2)}, cluster=CLUSTER)
