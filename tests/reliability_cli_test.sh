@@ -34,5 +34,11 @@ check run-verify-overflow 2 "more than 9223372036854775807 bytes" -- "$MESHCAST"
 # Threads that cannot be created: an error, not a hang (the started ones are stopped).
 check threads-unavailable 2 "cannot start 1000 worker threads" -- bash -c "ulimit -v 2000000; exec '$MESHCAST' run --shape 8,8 --src-mesh 2 --src-spec S0R --dst-spec RS0 --threads 1000 --iters 1 --warmup 0"
 
+# A --cluster file too small for the plan: refused before the measurement.
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+echo '{"hosts": 1, "devices_per_host": 2}' >"$TMP/small-cluster.json"
+check run-cluster-too-small 2 "cluster file '.*' does not fit the plan: .*device 2" -- "$MESHCAST" run --shape 8 --src-mesh 2 --src-spec S0 --dst-spec R --cluster "$TMP/small-cluster.json" --iters 1 --warmup 0
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

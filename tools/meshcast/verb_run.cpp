@@ -109,8 +109,19 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
 Report run_plan(Executor& executor, const RunOptions& o) {
   Report r;
   r.plan = plan_on_leader(executor, [&] { return plan_from_options(o.source); });
-  r.predicted_on = o.cluster_file.empty() ? r.plan.batch.cluster
-                                          : load_cluster_file(o.cluster_file, r.plan.batch.cluster);
+  r.predicted_on = r.plan.batch.cluster;
+  if (!o.cluster_file.empty()) {
+    // Every rank reads it and checks that the plan's meshes fit it before any byte moves.
+    r.predicted_on = load_cluster_file(o.cluster_file, r.plan.batch.cluster);
+    Batch on_predicted = r.plan.batch;
+    on_predicted.cluster = r.predicted_on;
+    try {
+      on_predicted.validate();
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(
+          fmt::format("cluster file '{}' does not fit the plan: {}", o.cluster_file, e.what()));
+    }
+  }
   r.m = measure(executor, r.plan, o.measure);
   r.processes = static_cast<int>(executor.sum_over_processes(1));
   if (executor.is_leader()) r.predicted_s = simulate(r.plan, r.predicted_on).time_s;
