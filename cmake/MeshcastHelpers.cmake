@@ -19,7 +19,7 @@ endfunction()
 
 # meshcast_add_layer(NAME SOURCES a.cpp ... DEPS other_targets ...)
 # One static library per layer (meshcast_<NAME>, alias meshcast::<NAME>), so a layer links only the
-# layers above it (DESIGN.md) and the planner never links MPI or CUDA.
+# layers above it (docs/concepts.md) and the planner never links MPI or CUDA.
 function(meshcast_add_layer name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   set(target meshcast_${name})

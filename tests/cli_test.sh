@@ -47,7 +47,7 @@ check mesh-wider-than-host 2 "puts 4 devices on each host, but hosts have 2" -- 
 check bad-dtype 2 "bad dtype 'int33'" -- "$MESHCAST" tasks --shape 4 --dtype int33 --src-mesh 2 --src-spec S0 --dst-spec R
 check missing-option 2 "missing --dst-spec" -- "$MESHCAST" tasks --shape 4 --src-mesh 2 --src-spec S0
 check paper-case 0 "unit tasks: 64" -- "$MESHCAST" tasks --paper-case 4
-check bad-paper-case 2 "bad --paper-case 9: expected 1..8" -- "$MESHCAST" tasks --paper-case 9
+check bad-paper-case 2 "bad --paper-case 9: expected a number in 1..8" -- "$MESHCAST" tasks --paper-case 9
 # plan: text summary, document, loading and checking plan files.
 PLAN_DIR=$(mktemp -d)
 trap 'rm -rf "$PLAN_DIR"' EXIT
@@ -64,8 +64,8 @@ check plan-check-broken 2 "op 0 \(send of task 0\): sender 1 does not hold \[0,4
 check plan-check-missing 2 "cannot read plan file" -- "$MESHCAST" plan --check "$PLAN_DIR/none.json"
 check plan-bad-strategy 2 "bad strategy 'teleport': expected one of send_recv, allgather, broadcast" -- "$MESHCAST" plan "${SMALL[@]}" --strategy teleport
 check plan-bad-balance 2 "bad balance 'fast': expected one of none, size, order" -- "$MESHCAST" plan "${SMALL[@]}" --balance fast
-check plan-bad-chunk 2 "bad chunk bytes -1" -- "$MESHCAST" plan "${SMALL[@]}" --chunk-bytes -1
-check plan-bad-search-effort 2 "bad search effort -1: expected >= 0" -- "$MESHCAST" plan "${SMALL[@]}" --search-effort -1
+check plan-bad-chunk 2 "bad --chunk-bytes -1: expected a number >= 0" -- "$MESHCAST" plan "${SMALL[@]}" --chunk-bytes -1
+check plan-bad-search-effort 2 "bad --search-effort -1: expected a number >= 0" -- "$MESHCAST" plan "${SMALL[@]}" --search-effort -1
 
 check unknown-verb 2 "" -- "$MESHCAST" teleport
 check help 0 "Usage" -- "$MESHCAST" --help
@@ -80,7 +80,7 @@ check schedule-svg 0 "^<svg" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --format s
 check schedule-trace 0 '"traceEvents"' -- "$MESHCAST" "${SCHED[@]}" --kind interleaved-1f1b --chunks 2 --format trace
 check schedule-bad-kind 2 "bad schedule kind 'zigzag'" -- "$MESHCAST" "${SCHED[@]}" --kind zigzag
 check schedule-bad-chunks 2 "needs the microbatches \(6\) to be a multiple of the stages \(4\)" -- "$MESHCAST" schedule --kind interleaved-1f1b -n 4 -m 6 -v 2
-check schedule-negative-time 2 "bad forward time -1 of 0" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --forward-s -1
+check schedule-negative-time 2 "bad --forward-s -1: expected a number >= 0" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --forward-s -1
 check schedule-missing-kind 2 "missing --kind" -- "$MESHCAST" schedule -n 2 -m 2
 check schedule-too-large 2 "schedule too large: 100000 stages x 100000 microbatches" -- "$MESHCAST" schedule --kind 1f1b -n 100000 -m 100000
 TMP=$(mktemp -d)
@@ -91,11 +91,11 @@ check schedule-check-missing 2 "stage 1 lacks B1" -- "$MESHCAST" schedule --chec
 "$MESHCAST" schedule --kind eager-1f1b -n 3 -m 5 --format json -o "$TMP/eager.json"
 check schedule-check-roundtrip 0 "makespan 14 s" -- "$MESHCAST" schedule --check "$TMP/eager.json"
 check schedule-unwritable 2 "cannot write" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b -o "$TMP/no/such/dir/x.svg"
-rm -rf "$TMP"
+trap 'rm -rf "$PLAN_DIR" "$TMP"' EXIT
 CONFIGS=$(dirname "$0")/../configs
 check pipeline-gpt 0 "broadcast\+overlap\+eager-1f1b +eager-1f1b +broadcast +yes" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-2.6b-pp2.json"
 check pipeline-json 0 '"meshcast_version".*"methods"' -- "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" --format json -m 4
-check pipeline-missing 2 "cannot read '/no/such.json'" -- "$MESHCAST" pipeline --config /no/such.json
+check pipeline-missing 2 "cannot read pipeline config file '/no/such.json': no such file" -- "$MESHCAST" pipeline --config /no/such.json
 check pipeline-bad-method 2 "bad --method 'teleport'" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-2.6b-pp2.json" --method teleport --svg /tmp/never-written.svg
 TMP=$(mktemp -d)
 echo '{"cluster": {"hosts": 1}, "microbatches": 2, "stages": [{"mesh": "1", "first_host": 0, "forward_s": 1}, {"mesh": "1", "devices": [0], "forward_s": 1}], "edges": []}' >"$TMP/nochain.json"
@@ -122,11 +122,11 @@ check run-local-verify 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --ver
 check run-local-json 0 '"verified":true' -- "$MESHCAST" run "${RUN[@]}" --verify --json --strategy allgather
 check run-prediction 0 "predicted: .* by the simulator" -- "$MESHCAST" run "${RUN[@]}" --iters 1
 check run-bad-backend 2 "bad --backend 'foo': expected local or mpi" -- "$MESHCAST" run "${RUN[@]}" --backend foo
-check run-bad-iters 2 "bad iteration count 0: expected >= 1" -- "$MESHCAST" run "${RUN[@]}" --iters 0
+check run-bad-iters 2 "bad --iters 0: expected a number >= 1" -- "$MESHCAST" run "${RUN[@]}" --iters 0
 check run-bad-cluster 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" run "${RUN[@]}" --cluster /nonexistent.json
 check bench-local-verify 0 "backend local" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --verify
 check bench-bad-bytes 2 "bad --bytes -1" -- "$MESHCAST" bench --backend local --bytes -1
-check bench-local-predicted 0 "^7 .*broadcast/order .* [0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{3}$" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --strategies broadcast
+check bench-local-predicted 0 "^7 .*broadcast/order .* [0-9.]+ (s|ms|µs) +[0-9]+\.[0-9]{3}$" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --strategies broadcast
 echo '{"nic_gbps": 1, "dev_gbps": 50, "hosts": 5, "devices_per_host": 4}' >"$TMP/links.json"
 check bench-cluster-links 0 '"hosts":3,.*"nic_gbps":1\.0.*"cluster_file":"[^"]*links.json".*"lower_bound_s":17\.1798' -- "$MESHCAST" bench --cases 7 --strategies broadcast --cluster "$TMP/links.json" --json
 echo '{"nic_gbps": 0.08}' >"$TMP/slow.json"
@@ -134,11 +134,11 @@ check bench-cluster-bytes 0 '"tensor_bytes":8388608' -- "$MESHCAST" bench --back
 echo '{"hosts": 2, "host_nic_gbps": [1, 2]}' >"$TMP/perhost.json"
 check bench-cluster-per-host 2 "gives per-host NIC figures" -- "$MESHCAST" bench --cluster "$TMP/perhost.json"
 check bench-cluster-missing 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" bench --cluster /nonexistent.json
-rm -rf "$TMP"
+trap 'rm -rf "$PLAN_DIR" "$TMP"' EXIT
 
 # meshcast simulate / bench on the flow-level simulator
 TMP=$(mktemp -d)
-check simulate-text 0 "lower bound +1\.717987 s +ratio 1\.0" -- "$MESHCAST" simulate --paper-case 7
+check simulate-text 0 "lower bound +1\.718 s +ratio 1\.0" -- "$MESHCAST" simulate --paper-case 7
 check simulate-json 0 '"ops":\[\{"end_s"' -- "$MESHCAST" simulate --paper-case 7 --json
 check simulate-nics 0 "2 NIC\(s\) per host" -- "$MESHCAST" simulate --paper-case 7 --strategy send_recv --nics-per-host 2
 echo '{"nic_gbps": 20, "host_nics": [1, 2, 2]}' >"$TMP/cluster.json"
@@ -155,16 +155,16 @@ check simulate-plan-file 0 "plan: allgather balance size" -- "$MESHCAST" simulat
 check simulate-trace 0 '"traceEvents".*"name":"nic0.out"' -- cat "$TMP/trace.json"
 check simulate-unwritable 2 "cannot write" -- "$MESHCAST" simulate --paper-case 1 --trace "$TMP/no/dir/t.json"
 check bench-paper 0 "^7 .*broadcast/order .* 7\.9[0-9]x" -- "$MESHCAST" bench --cases 1,7
-check bench-json 0 '"backend":"sim".*"rows":\[\{"balance":"size","case":7' -- "$MESHCAST" bench --cases 7 --json
+check bench-json 0 '"backend":"sim".*"rows":\[\{"algbw_gbs":[0-9.e-]+,"balance":"size","busbw_gbs":[0-9.e-]+,"case":7' -- "$MESHCAST" bench --cases 7 --json
 "$MESHCAST" bench --cases 2,6 --svg "$TMP/chart.svg" >/dev/null
 check bench-svg 0 "case 6" -- cat "$TMP/chart.svg"
 check bench-single-sender 0 "4x2 .*broadcast/order" -- "$MESHCAST" bench --suite single-sender --strategies broadcast
 check bench-random 0 "^r3 " -- "$MESHCAST" bench --suite random --count 3 --seed 5 --strategies send_recv,broadcast/order
-check bench-scale 0 "\(4,8\) RRR +broadcast/order" -- "$MESHCAST" bench --scale --scale-hosts 4 --cases 7 --strategies broadcast
+check bench-scale 0 "\(4,8\) RRR +broadcast/order" -- "$MESHCAST" bench --grow --grow-hosts 4 --cases 7 --strategies broadcast
 check bench-bad-strategy 2 "bad strategy 'teleport' in --strategies" -- "$MESHCAST" bench --strategies send_recv,teleport
 check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,9
 check bench-bad-suite 2 "bad --suite 'foo'" -- "$MESHCAST" bench --suite foo
-check bench-bad-hosts 2 "bad host count '3' in --scale-hosts" -- "$MESHCAST" bench --scale --scale-hosts 3
+check bench-bad-hosts 2 "bad host count '3' in --grow-hosts" -- "$MESHCAST" bench --grow --grow-hosts 3
 check bench-unwritable 2 "cannot write" -- "$MESHCAST" bench --cases 1 --svg "$TMP/no/dir/c.svg"
 LLAMA=(--arch llama --hidden 64 --layers 4 --ffn 96 --vocab 100)
 check model-llama 0 "llama model: 39 tensors" -- "$MESHCAST" model "${LLAMA[@]}" --heads 8 --kv-heads 2 --train tp=4,pp=2 --serve tp=2,replicas=4 -o "$TMP/llama.json"
@@ -176,7 +176,31 @@ check model-bad-serve-key 2 "bad entry 'dp=2' in --serve 'tp=2,dp=2': expected t
 check model-too-many-stages 2 "bad --train pp=8: expected at most the model's 4 layers" -- "$MESHCAST" model "${LLAMA[@]}" --heads 8 --train pp=8 -o "$TMP/bad.json"
 check model-bad-heads 2 "bad heads 7: expected a divisor of hidden 64" -- "$MESHCAST" model "${LLAMA[@]}" --heads 7 -o "$TMP/bad.json"
 check model-nothing-written 1 "" -- test -e "$TMP/bad.json"
-rm -rf "$TMP"
+trap 'rm -rf "$PLAN_DIR" "$TMP"' EXIT
+
+# One error format, the real problem named (docs/cli.md#errors).
+check err-did-you-mean 2 "^meshcast: error: unknown option '--src_mesh': expected an option of \`meshcast tasks --help\` \(did you mean '--src-mesh'\?\)" -- "$MESHCAST" tasks --src_mesh 2x4
+check err-verb-did-you-mean 2 "unknown verb 'plna': expected one of .* \(did you mean 'plan'\?\)" -- "$MESHCAST" plna
+check err-not-a-number 2 "^meshcast: error: bad --paper-case 'seven': expected a number in 1..8" -- "$MESHCAST" tasks --paper-case seven
+check err-required 2 "^meshcast: error: missing --config: expected it" -- "$MESHCAST" pipeline
+check err-paper-case-conflict 2 "^meshcast: error: --paper-case conflicts with --shape: expected one of them" -- "$MESHCAST" tasks --paper-case 7 --shape 8,8
+check err-plan-conflict 2 "^meshcast: error: --paper-case conflicts with --plan" -- "$MESHCAST" simulate --plan p.json --paper-case 7
+check err-scale-needs-case 2 "^meshcast: error: --scale without --paper-case: expected --paper-case too" -- "$MESHCAST" tasks --scale 4 --shape 8 --src-mesh 2 --src-spec S0 --dst-spec R
+check err-limit-negative 2 "^meshcast: error: bad --limit -1: expected a number >= 0" -- "$MESHCAST" tasks --paper-case 7 --limit -1
+check err-limit-json 2 "^meshcast: error: --json conflicts with --limit" -- "$MESHCAST" tasks --paper-case 7 --json --limit 2
+check err-nic-gbps 2 "^meshcast: error: bad --nic-gbps 0: expected a number > 0" -- "$MESHCAST" plan --paper-case 7 --nic-gbps 0
+check err-schedule-stages 2 "^meshcast: error: missing --stages \(-n\)" -- "$MESHCAST" schedule --kind 1f1b
+check err-schedule-check-kind 2 "^meshcast: error: --(check|kind) conflicts with --(check|kind)" -- "$MESHCAST" schedule --check x.txt --kind 1f1b
+check err-missing-file 2 "^meshcast: error: cannot read schedule file '/no/such': no such file" -- "$MESHCAST" schedule --check /no/such
+check err-missing-plan 2 "^meshcast: error: cannot read plan file '/no/such': no such file" -- "$MESHCAST" plan --check /no/such
+printf '{"order": [' > "$TMP/broken.json"
+check err-malformed-file 2 "^meshcast: error: schedule file '.*broken.json' is not JSON" -- "$MESHCAST" schedule --check "$TMP/broken.json"
+printf 'stage 0: F0 B0\nstage 1: F0 X0 B0\n' > "$TMP/bad-step.txt"
+check err-schedule-step 2 "^meshcast: error: schedule file '.*': stage 1 step 1: bad step 'X0'" -- "$MESHCAST" schedule --check "$TMP/bad-step.txt"
+check err-dst-mesh 2 "^meshcast: error: destination mesh: mesh 2x8 puts 8 devices on each host, but hosts have 4" -- "$MESHCAST" tasks --shape 8,8 --src-mesh 2x4 --src-spec S0R --dst-mesh 2x8 --dst-spec S0R --devices-per-host 4
+echo '{"nic_gbs": 100}' > "$TMP/typo-cluster.json"
+check err-cluster-key 2 "unknown key 'nic_gbs': expected one of .*\(did you mean 'nic_gbps'\?\)" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/typo-cluster.json"
+check err-bench-grow 2 "^meshcast: error: bad --suite random with --grow: expected paper" -- "$MESHCAST" bench --grow --suite random
 
 # --batch: several tensors planned, simulated and run together; bad batch files are refused
 # naming the tensor, with exit 2.

@@ -98,7 +98,7 @@ check_no_processes hostname
 
 # --- calibration: shaped NIC rate, shared memory inside a host ------------------------------------
 lo_before=$("$EMU" --name "$NAME" run 0 cat /sys/class/net/lo/statistics/tx_bytes)
-calibration=$(run_mpi "$MESHCAST" calibrate --bytes $((4 << 20)) --repeats 3 --json 2>&1)
+calibration=$(run_mpi "$MESHCAST" calibrate --message-bytes $((4 << 20)) --repeats 3 --json 2>&1)
 calibrate_rc=$?
 lo_after=$("$EMU" --name "$NAME" run 0 cat /sys/class/net/lo/statistics/tx_bytes)
 if [[ $calibrate_rc -ne 0 ]]; then

@@ -18,18 +18,30 @@ TEST(PipelineRenderTest, GanttHasARowPerStageAndABarPerStep) {
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
   for (int d = 0; d < 3; ++d) EXPECT_EQ(count(svg, "stage " + std::to_string(d) + "<"), 1);
-  EXPECT_EQ(count(svg, "fill=\"#4e79a7\""), 3 * 4);  // forwards
-  EXPECT_EQ(count(svg, "fill=\"#f28e2b\""), 3 * 4);  // backwards
+  EXPECT_EQ(count(svg, "fill=\"#4e79a7\""), 3 * 4 + 1);  // forwards and the legend's swatch
+  EXPECT_EQ(count(svg, "fill=\"#f28e2b\""), 3 * 4 + 1);  // backwards and the legend's
   int comm_spans = 0;
   for (const auto& row : r.timeline)
     for (const auto& span : row) comm_spans += span.kind == SpanKind::comm;
   EXPECT_GT(comm_spans, 0);
-  EXPECT_EQ(count(svg, "fill=\"url(#hatch)\""), comm_spans);
+  EXPECT_EQ(count(svg, "fill=\"url(#hatch)\""), comm_spans + 1);
   EXPECT_EQ(count(svg, "opacity=\"0.7\"><title>activation"), 2 * 4);
   EXPECT_EQ(count(svg, "opacity=\"0.7\"><title>gradient"), 2 * 4);
   EXPECT_EQ(r.transfers.size(), 2u * 2 * 4);
   EXPECT_NE(svg.find("eager &lt;test&gt;"), std::string::npos);
   EXPECT_EQ(svg.find("<test>"), std::string::npos);
+}
+
+TEST(PipelineRenderTest, GanttTicksAreRoundNumbersWithinTheMakespan) {
+  const auto s = make_schedule(ScheduleKind::one_f_one_b, 4, 8);
+  const auto r = simulate_pipeline(s, uniform_costs(4, 1, 2, 0.5));
+  ASSERT_GT(r.makespan_s, 40.0);  // a makespan whose fifths are not round (41 s)
+  ASSERT_LT(r.makespan_s, 80.0);
+  const std::string svg = gantt_svg(s, r, "");
+  // 1, 2 or 5 times a power of ten, at most 8 ticks: 0 s, 10 s, 20 s, ... for 40-80 s.
+  for (const char* tick : {">0 s<", ">10 s<", ">20 s<", ">40 s<"})
+    EXPECT_EQ(count(svg, tick), 1) << tick;
+  EXPECT_EQ(count(svg, " s</text>"), static_cast<size_t>(r.makespan_s / 10) + 1);
 }
 
 TEST(PipelineRenderTest, TraceHasACompleteEventPerSpanAndTransfer) {

@@ -19,7 +19,7 @@ std::string row(const Schedule& s, int stage) {
   return out;
 }
 
-// PAPER.md's per-device orders for n = 4, m = 8.
+// the paper's per-device orders for n = 4, m = 8.
 TEST(PipelineScheduleTest, PaperOrdersForFourStagesEightMicrobatches) {
   const auto f1b = make_schedule(ScheduleKind::one_f_one_b, 4, 8);
   EXPECT_EQ(row(f1b, 0), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");

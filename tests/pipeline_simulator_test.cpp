@@ -110,9 +110,29 @@ TEST(PipelineSimulatorTest, OverlapNeverLosesAndBlockingPaysEveryTransfer) {
                                          {.overlap = false});
         for (int d = 0; d < n; ++d) {
           const int links = (d > 0) + (d + 1 < n);
-          EXPECT_GE(r.stages[d].comm_wait_s, links * m * 0.5 - 1e-9) << d;
+          EXPECT_GE(r.stages[d].transfer_wait_s, links * m * 0.5 - 1e-9) << d;
         }
       }
+}
+
+TEST(PipelineSimulatorTest, FreeTransfersLeaveOnlyDependencyWaits) {
+  for (auto kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::eager_1f1b})
+    for (bool overlap : {true, false}) {
+      const auto free = simulate_pipeline(make_schedule(kind, 4, 8), uniform_costs(4, 1, 2, 0),
+                                          {.overlap = overlap});
+      const auto paid = simulate_pipeline(make_schedule(kind, 4, 8), uniform_costs(4, 1, 2, 0.5),
+                                          {.overlap = overlap});
+      double dependency = 0, transfer = 0;
+      for (int d = 0; d < 4; ++d) {
+        EXPECT_EQ(free.stages[d].transfer_wait_s, 0) << to_string(kind) << d;
+        dependency += free.stages[d].dependency_wait_s;
+        transfer += paid.stages[d].transfer_wait_s;
+        EXPECT_LE(paid.stages[d].transfer_wait_s + paid.stages[d].dependency_wait_s,
+                  paid.stages[d].idle_s + 1e-9);
+      }
+      EXPECT_GT(dependency, 0) << to_string(kind);  // the pipeline's fill and drain
+      EXPECT_GT(transfer, 0) << to_string(kind);
+    }
 }
 
 TEST(PipelineSimulatorTest, TimelinesAreCausal) {

@@ -275,9 +275,10 @@ TEST(PlannerTest, EstimateIsAtLeastTheLowerBoundOnThePaperCases) {
 }
 
 TEST(LowerBoundTest, ReceiverNicOfPaperCase7) {
-  // Every destination host must take in the whole tensor: 2 GiB at 10 Gbps.
+  // Every destination host must take in the whole tensor: 2 GiB at 10 Gbps, plus the latency of
+  // the first message.
   EXPECT_DOUBLE_EQ(lower_bound(paper(7), decompose(paper(7))),
-                   paper(7).tensor.bytes() / gbps_to_bytes(10));
+                   paper(7).tensor.bytes() / gbps_to_bytes(10) + paper(7).cluster.latency);
 }
 
 TEST(LowerBoundTest, SingleSenderHostTerm) {
@@ -285,7 +286,7 @@ TEST(LowerBoundTest, SingleSenderHostTerm) {
   // (only(0) = 32 B at 1 B/s) decides.
   auto p = problem_of({8}, Mesh({1}, {0}), "R", Mesh({2}, {2, 3}), "S0", 2, 2);
   p.cluster.host_nic_bandwidth = {1.0, 4.0};
-  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 32 / 1.0);
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 32 / 1.0 + p.cluster.latency);
 }
 
 TEST(LowerBoundTest, PooledSenderTerm) {
@@ -295,14 +296,27 @@ TEST(LowerBoundTest, PooledSenderTerm) {
       problem_of({12}, Mesh::placed({2, 1}, 0, 1), "R", Mesh::placed({3, 1}, 2, 1), "S0", 5, 1);
   p.cluster.nic_bandwidth = 1;
   p.cluster.device_bandwidth = 1000;
-  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 24.0);
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 24.0 + p.cluster.latency);
 }
 
 TEST(LowerBoundTest, DeviceTerm) {
   // Intra-host only: device 1 takes in 16 B over a 2 B/s link.
   auto p = problem_of({4}, Mesh({1}, {0}), "R", Mesh({1}, {1}), "R", 1, 2);
   p.cluster.device_bandwidth = 2;
-  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0);
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0 + p.cluster.latency);
+}
+
+TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
+  // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
+  auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 1000;
+  p.cluster.latency = 3;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 64 + 3.0);
+  // Source and destination on the same device: nothing moves, no message, a bound of 0.
+  auto same = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {0}), "R", 1, 1);
+  same.cluster.latency = 3;
+  EXPECT_DOUBLE_EQ(lower_bound(same, decompose(same)), 0.0);
 }
 
 }  // namespace

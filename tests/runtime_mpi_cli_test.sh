@@ -44,7 +44,7 @@ check bench-mpi-verify 0 "^7 .*broadcast/order" 1 -- \
 LINKS=$(mktemp)
 trap 'rm -f "$LINKS"' EXIT
 echo '{"nic_gbps": 0.3, "dev_gbps": 4, "latency_us": 200}' >"$LINKS"
-check bench-mpi-cluster 0 "^7 .* [0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{3}$" 5 -- \
+check bench-mpi-cluster 0 "^7 .* [0-9.]+ (s|ms|µs) +[0-9]+\.[0-9]{3}$" 5 -- \
   "${MPIRUN[@]}" -np 12 "$MESHCAST" bench --backend mpi --cases 7 --bytes 65536 --iters 1 --verify --cluster "$LINKS"
 # meshcast pipeline --run --backend mpi: one rank per device, every method's gradients verified,
 # one report; a wrong rank count is one clear error on every rank and no hang.

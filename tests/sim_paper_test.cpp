@@ -1,5 +1,5 @@
-// The simulator on the paper's suite and on the random corpus: the ratios PAPER.md reports and
-// the invariants every simulated plan must keep.
+// The simulator on the paper's suite and on the random corpus: the ratios docs/results.md reports
+// and the invariants every simulated plan must keep.
 #include <gtest/gtest.h>
 
 #include <map>

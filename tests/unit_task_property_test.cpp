@@ -10,7 +10,7 @@
 namespace meshcast {
 namespace {
 
-// The definition of DESIGN.md, literally: every pair of distinct tiles.
+// The definition of docs/concepts.md, literally: every pair of distinct tiles.
 std::vector<UnitTask> brute_force(const Resharding& p) {
   std::vector<UnitTask> tasks;
   for (const auto& s : distinct_tiles(p.tensor, p.src))

@@ -21,7 +21,7 @@ Resharding make(std::vector<int64_t> shape, std::vector<int64_t> src_mesh, const
 }
 
 TEST(DecomposeTest, PaperCaseCounts) {
-  // Hand-counted from PAPER.md's table: distinct tiles per side and their overlaps.
+  // Hand-counted from the paper's table: distinct tiles per side and their overlaps.
   const std::vector<size_t> expected = {2, 2, 4, 64, 4, 4, 4, 4};
   for (const auto& c : paper_cases()) {
     const auto tasks = decompose(c.problem);

@@ -18,6 +18,7 @@ struct MessageState {
   double last = 0;       // time `remaining` was last brought up to date
   int version = 0;       // bumps when the predicted end changes
   double start = 0;
+  double posted = 0;  // when the sender posted it: its data exists from then on
 };
 
 struct Event {
@@ -43,7 +44,8 @@ class Engine {
         out_active_(s_.stages),
         in_active_(s_.stages) {
     out_.busy_s.assign(s_.stages, 0.0);
-    out_.comm_wait_s.assign(s_.stages, 0.0);
+    out_.transfer_wait_s.assign(s_.stages, 0.0);
+    out_.dependency_wait_s.assign(s_.stages, 0.0);
     if (in.record) out_.timeline.resize(s_.stages);
   }
 
@@ -112,7 +114,15 @@ class Engine {
       }
       group_posted_[d] = false;
       if (now_ > group_since_[d]) {
-        out_.comm_wait_s[d] += now_ - group_since_[d];
+        // Until the last awaited message was posted the stream waited for its data to be
+        // produced (a dependency: bubble); after that, for the transfer itself.
+        double produced = group_since_[d];
+        for (size_t k = pc_[d]; k < end; ++k)
+          if (program[k].kind == ActionKind::recv)
+            produced = std::max(produced, msgs_[program[k].message].posted);
+        produced = std::min(produced, now_);
+        out_.dependency_wait_s[d] += produced - group_since_[d];
+        out_.transfer_wait_s[d] += now_ - produced;
         if (in_.record)
           out_.timeline[d].push_back(Span{SpanKind::comm, -1, 0, group_since_[d], now_});
       }
@@ -122,6 +132,7 @@ class Engine {
 
   void post(const Action& a) {
     if (a.kind != ActionKind::send) return;
+    msgs_[a.message].posted = now_;
     const auto& msg = low_.messages[a.message];
     auto& queue = pairs_[pair_key(msg.from_stage, msg.to_stage)];
     queue.push_back(a.message);

@@ -23,8 +23,9 @@ struct EngineInput {
 
 struct EngineOutput {
   double makespan_s = 0;
-  std::vector<double> busy_s;       // per stage
-  std::vector<double> comm_wait_s;  // per stage
+  std::vector<double> busy_s;             // per stage
+  std::vector<double> transfer_wait_s;    // per stage
+  std::vector<double> dependency_wait_s;  // per stage
   std::vector<std::vector<Span>> timeline;
   std::vector<TransferSpan> transfers;
   std::vector<std::string> stuck;  // one description per stuck stage; empty when all finished

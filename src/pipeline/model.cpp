@@ -7,6 +7,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/sim/simulator.h"
 
@@ -61,7 +62,9 @@ double compute_time(const json& j, const char* seconds_key, const char* tflop_ke
 ModelStage stage_from_json(const json& j, int index, const Cluster& cluster,
                            const std::optional<double>& device_tflops) {
   const std::string where = fmt::format("stage {}", index);
-  if (!j.is_object()) throw ParseError(fmt::format("{}: expected an object", where));
+  check_keys(j, where, {"mesh"},
+             {"devices", "first_host", "forward_s", "forward_tflop", "backward_s", "backward_tflop",
+              "activation_bytes"});
   ModelStage st;
   const auto shape = parse_mesh_shape(text(j, "mesh", where));
   if (j.contains("devices")) {
@@ -92,7 +95,7 @@ ModelStage stage_from_json(const json& j, int index, const Cluster& cluster,
 
 ModelEdge edge_from_json(const json& j, int index) {
   const std::string where = fmt::format("edge {}", index);
-  if (!j.is_object()) throw ParseError(fmt::format("{}: expected an object", where));
+  check_keys(j, where, {"from", "to"}, {"time_s", "tensors"});
   ModelEdge e;
   e.edge = {integer(j, "from", where), integer(j, "to", where)};
   if (j.contains("time_s")) e.time_s = number(j, "time_s", where);
@@ -100,7 +103,8 @@ ModelEdge edge_from_json(const json& j, int index) {
     if (!j["tensors"].is_array())
       throw ParseError(fmt::format("{}: \"tensors\": expected an array", where));
     for (const auto& t : j["tensors"]) {
-      if (!t.is_object() || !t.contains("shape") || !t["shape"].is_array())
+      check_keys(t, fmt::format("{} tensor", where), {"shape", "src_spec", "dst_spec"}, {"dtype"});
+      if (!t["shape"].is_array())
         throw ParseError(
             fmt::format("{}: tensor {}: expected {{\"shape\": [..], \"dtype\", "
                         "\"src_spec\", \"dst_spec\"}}",
@@ -126,7 +130,8 @@ ModelEdge edge_from_json(const json& j, int index) {
 }  // namespace
 
 PipelineModel model_from_json(const json& j) {
-  if (!j.is_object()) throw ParseError("bad model document: expected a JSON object");
+  check_keys(j, "model", {"cluster", "microbatches", "stages", "edges"},
+             {"name", "samples_per_microbatch", "device_tflops"});
   PipelineModel m;
   if (j.contains("name")) m.name = text(j, "name", "model");
   if (!j.contains("cluster")) throw ParseError("model: \"cluster\" is missing");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace meshcast::pipeline {
@@ -10,7 +11,7 @@ namespace {
 
 constexpr double kLeft = 90;     // room for row labels
 constexpr double kWidth = 1000;  // time axis
-constexpr double kTop = 40;      // room for the title
+constexpr double kTop = 58;      // room for the title and the legend
 constexpr double kRow = 30;
 constexpr double kBar = 22;
 constexpr const char* kForwardColor = "#4e79a7";
@@ -48,6 +49,15 @@ std::string span_name(const Schedule& s, const Span& span) {
                    s.chunks > 1);
 }
 
+// The tick spacing: 1, 2 or 5 times a power of ten, giving at most 8 ticks over `span`.
+double tick_step(double span) {
+  const double rough = span / 8;
+  const double power = std::pow(10.0, std::floor(std::log10(rough)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * power >= rough) return m * power;
+  return 10 * power;
+}
+
 }  // namespace
 
 std::string gantt_svg(const Schedule& s, const PipelineResult& r, std::string_view title) {
@@ -64,10 +74,21 @@ std::string gantt_svg(const Schedule& s, const PipelineResult& r, std::string_vi
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{:.0f}\" y=\"20\" font-size=\"14\">{}</text>\n",
       kLeft + kWidth + 20, height, kLeft,
-      escape_xml(fmt::format("{}{}makespan {:.6g} s, bubble {:.1f}%, F blue, B orange, "
-                             "waiting on transfers hatched",
-                             title, title.empty() ? "" : ": ", r.makespan_s,
-                             100 * r.bubble_fraction)));
+      escape_xml(fmt::format("{}{}makespan {:.6g} s, bubble {:.1f}%", title,
+                             title.empty() ? "" : ": ", r.makespan_s, 100 * r.bubble_fraction)));
+  // The legend, on its own line under the title: a swatch and a word per kind of mark.
+  double legend_x = kLeft;
+  for (const auto& [fill, label] : {std::pair<std::string, std::string>{kForwardColor, "forward"},
+                                    {kBackwardColor, "backward"},
+                                    {"url(#hatch)", "stream blocked at a receive or send"},
+                                    {kActivationColor, "activation transfer"},
+                                    {kGradientColor, "gradient transfer"}}) {
+    svg += fmt::format(
+        "<rect x=\"{:.0f}\" y=\"32\" width=\"12\" height=\"12\" fill=\"{}\"/>"
+        "<text x=\"{:.0f}\" y=\"42\">{}</text>\n",
+        legend_x, fill, legend_x + 16, label);
+    legend_x += 16 + 6.5 * static_cast<double>(label.size()) + 18;
+  }
   for (int d = 0; d < s.stages; ++d) {
     const double y = kTop + d * kRow;
     svg += fmt::format(
@@ -109,12 +130,13 @@ std::string gantt_svg(const Schedule& s, const PipelineResult& r, std::string_vi
   svg += fmt::format(
       "<line x1=\"{:.0f}\" y1=\"{:.1f}\" x2=\"{:.0f}\" y2=\"{:.1f}\" stroke=\"black\"/>\n", kLeft,
       axis, kLeft + kWidth, axis);
-  for (int k = 0; k <= 5; ++k) {
-    const double x = kLeft + kWidth * k / 5;
+  const double step = tick_step(makespan);
+  for (int k = 0; k * step <= makespan * (1 + 1e-9); ++k) {
+    const double x = kLeft + k * step * scale;
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\"/>"
-        "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4:.4g} s</text>\n",
-        x, axis, axis + 4, axis + 16, makespan * k / 5);
+        "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4:.6g} s</text>\n",
+        x, axis, axis + 4, axis + 16, k * step);
   }
   svg += "</svg>\n";
   return svg;

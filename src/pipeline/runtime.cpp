@@ -221,10 +221,12 @@ class Run {
       const bool mine = std::find(stage_here_.begin(), stage_here_.end(), d) != stage_here_.end() &&
                         leads_stage(d);
       StageReport st;
+      // A measured run sees only that the stream was blocked, not whether the data was late or
+      // in flight: the whole blocked time is reported as transfer wait (docs/json.md).
       for (const Span& s : records_[d].timeline)
-        (s.kind == SpanKind::comm ? st.comm_wait_s : st.busy_s) += s.end - s.start;
+        (s.kind == SpanKind::comm ? st.transfer_wait_s : st.busy_s) += s.end - s.start;
       st.busy_s = collective.max_over_processes(mine ? st.busy_s : 0);
-      st.comm_wait_s = collective.max_over_processes(mine ? st.comm_wait_s : 0);
+      st.transfer_wait_s = collective.max_over_processes(mine ? st.transfer_wait_s : 0);
       st.peak_in_flight =
           static_cast<int>(collective.max_over_processes(mine ? records_[d].peak_held : 0));
       st.idle_s = std::max(0.0, makespan - st.busy_s);

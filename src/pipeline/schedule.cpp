@@ -11,6 +11,7 @@
 
 #include "meshcast/checked.h"
 #include "meshcast/error.h"
+#include "meshcast/plan/json_input.h"
 
 namespace meshcast::pipeline {
 namespace {
@@ -186,6 +187,19 @@ Step parse_step(std::string_view text) {
   return step;
 }
 
+namespace {
+
+// parse_step for the `index`-th step of stage `stage`, whose errors say where the step stands.
+Step parse_step_of_stage(std::string_view text, size_t stage, size_t index) {
+  try {
+    return parse_step(text);
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("stage {} step {}: {}", stage, index, e.what()));
+  }
+}
+
+}  // namespace
+
 std::string schedule_to_text(const Schedule& schedule) {
   std::string out;
   for (int i = 0; i < schedule.stages; ++i) {
@@ -218,7 +232,8 @@ Schedule schedule_from_text(std::string_view text) {
       continue;
     }
     std::vector<Step> row;
-    for (auto word : split_words(line)) row.push_back(parse_step(word));
+    for (auto word : split_words(line))
+      row.push_back(parse_step_of_stage(word, order.size(), row.size()));
     order.push_back(std::move(row));
   }
   if (order.empty()) throw ParseError("empty schedule: expected one row of steps per stage");
@@ -257,7 +272,8 @@ nlohmann::json schedule_to_json(const Schedule& schedule) {
 }
 
 Schedule schedule_from_json(const nlohmann::json& j) {
-  if (!j.is_object() || !j.contains("order") || !j["order"].is_array())
+  check_keys(j, "schedule", {"order"}, {"kind", "stages", "microbatches", "chunks"});
+  if (!j["order"].is_array())
     throw ParseError("bad schedule document: expected an object with \"order\": [[\"F0\", ...]]");
   std::vector<std::vector<Step>> order;
   for (const auto& row : j["order"]) {
@@ -266,8 +282,9 @@ Schedule schedule_from_json(const nlohmann::json& j) {
     std::vector<Step> steps;
     for (const auto& word : row) {
       if (!word.is_string())
-        throw ParseError(fmt::format("bad step {}: expected a string like \"F3\"", word.dump()));
-      steps.push_back(parse_step(word.get<std::string>()));
+        throw ParseError(fmt::format("stage {} step {}: bad step {}: expected a string like \"F3\"",
+                                     order.size(), steps.size(), word.dump()));
+      steps.push_back(parse_step_of_stage(word.get<std::string>(), order.size(), steps.size()));
     }
     order.push_back(std::move(steps));
   }

@@ -87,7 +87,8 @@ PipelineResult simulate_pipeline(const Schedule& schedule, const PipelineCosts& 
   const auto peaks = peak_in_flight(schedule);
   for (int d = 0; d < schedule.stages; ++d) {
     StageReport st{.busy_s = run.busy_s[d],
-                   .comm_wait_s = run.comm_wait_s[d],
+                   .transfer_wait_s = run.transfer_wait_s[d],
+                   .dependency_wait_s = run.dependency_wait_s[d],
                    .idle_s = std::max(0.0, r.makespan_s - run.busy_s[d]),
                    .peak_in_flight = peaks[d]};
     double held = 0;
@@ -110,7 +111,8 @@ nlohmann::json result_to_json(const PipelineResult& r) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& st : r.stages)
     stages.push_back({{"busy_s", st.busy_s},
-                      {"comm_wait_s", st.comm_wait_s},
+                      {"transfer_wait_s", st.transfer_wait_s},
+                      {"dependency_wait_s", st.dependency_wait_s},
                       {"idle_s", st.idle_s},
                       {"peak_in_flight", st.peak_in_flight},
                       {"peak_activation_bytes", st.peak_activation_bytes}});

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/version.h"
 
 namespace meshcast {
@@ -88,6 +89,10 @@ struct DefaultPlacement {
 // PartitionSpec naming the axes listed under the optional "axes".
 Layout layout_from_json(const json& j, std::string_view where, int tensor_rank,
                         std::optional<DefaultPlacement> placement = {}) {
+  if (placement)
+    check_keys(j, where, {"mesh", "spec"}, {"devices", "axes"});
+  else
+    check_keys(j, where, {"mesh", "devices", "spec"}, {"axes"});
   try {
     auto shape = field<std::vector<int64_t>>(j, "mesh", where);
     Mesh mesh =
@@ -124,6 +129,10 @@ json cluster_to_json(const Cluster& cluster) {
 
 Cluster cluster_from_json(const json& j, const Cluster& defaults) {
   constexpr std::string_view where = "cluster";
+  // meshcast_version: the cluster documents of `meshcast calibrate` carry it.
+  check_keys(j, where, {},
+             {"hosts", "devices_per_host", "nic_gbps", "dev_gbps", "latency_us", "nics_per_host",
+              "host_nics", "host_nic_gbps", "meshcast_version"});
   Cluster c = defaults;
   c.hosts = field_or(j, "hosts", where, c.hosts);
   c.devices_per_host = field_or(j, "devices_per_host", where, c.devices_per_host);
@@ -172,7 +181,9 @@ void read_tensor_spec(const json& j, std::string_view where, TensorSpec& tensor)
 
 Resharding resharding_from_json(const json& j) {
   Resharding p;
-  read_tensor_spec(field<json>(j, "tensor", "document"), "tensor", p.tensor);
+  const json tensor = field<json>(j, "tensor", "document");
+  check_keys(tensor, "tensor", {"shape", "dtype"}, {"bytes"});
+  read_tensor_spec(tensor, "tensor", p.tensor);
   p.src = layout_from_json(field<json>(j, "src", "document"), "src", p.tensor.rank());
   p.dst = layout_from_json(field<json>(j, "dst", "document"), "dst", p.tensor.rank());
   p.cluster = cluster_from_json(field<json>(j, "cluster", "document"));
@@ -195,10 +206,12 @@ json batch_to_json(const Batch& batch) {
   return {{"cluster", cluster_to_json(batch.cluster)}, {"tensors", std::move(tensors)}};
 }
 
-Batch batch_from_json(const json& j) {
+namespace {
+
+// The batch of a document whose keys the caller has checked (a batch file or a plan).
+Batch batch_from_object(const json& j) {
   Batch batch;
   batch.cluster = cluster_from_json(field<json>(j, "cluster", "batch"));
-  if (!j.is_object() || !j.contains("tensors")) throw ParseError("batch: missing key 'tensors'");
   const json& tensors = j.at("tensors");  // field<json> would copy a whole model's document
   if (!tensors.is_array())
     throw ParseError("batch: bad value for 'tensors': expected an array of tensors");
@@ -207,6 +220,7 @@ Batch batch_from_json(const json& j) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const json& t = tensors[i];
     std::string where = fmt::format("tensors[{}]", i);
+    check_keys(t, where, {"name", "shape", "dtype", "src", "dst"});
     TensorResharding tr;
     tr.name = field<std::string>(t, "name", where);
     where = fmt::format("tensors[{}] '{}'", i, tr.name);
@@ -230,6 +244,13 @@ Batch batch_from_json(const json& j) {
     throw ParseError(e.what());
   }
   return batch;
+}
+
+}  // namespace
+
+Batch batch_from_json(const json& j) {
+  check_keys(j, "batch", {"cluster", "tensors"}, {"meshcast_version"});
+  return batch_from_object(j);
 }
 
 json box_to_json(const Box& box) {
@@ -284,10 +305,16 @@ json plan_to_json(const Plan& plan) {
 }
 
 Plan plan_from_json(const json& j) {
-  Plan plan;
   // A plan of one tensor written before batches existed holds "tensor", "src" and "dst".
-  plan.batch = j.is_object() && j.contains("tensors") ? batch_from_json(j)
-                                                      : Batch::of_one(resharding_from_json(j));
+  const bool of_batch = j.is_object() && j.contains("tensors");
+  if (of_batch)
+    check_keys(j, "plan", {"strategy", "balance", "cluster", "tensors", "ops"},
+               {"meshcast_version", "lower_bound_s", "network_bytes"});
+  else
+    check_keys(j, "plan", {"strategy", "balance", "tensor", "src", "dst", "cluster", "ops"},
+               {"meshcast_version", "lower_bound_s", "network_bytes"});
+  Plan plan;
+  plan.batch = of_batch ? batch_from_object(j) : Batch::of_one(resharding_from_json(j));
   try {
     plan.strategy = parse_strategy(field<std::string>(j, "strategy", "plan"));
     plan.balance = parse_balance(field<std::string>(j, "balance", "plan"));
@@ -296,6 +323,8 @@ Plan plan_from_json(const json& j) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const json& o = ops[i];
       const std::string where = fmt::format("ops[{}]", i);
+      check_keys(o, where, {"id", "kind", "task", "slice", "bytes", "receivers"},
+                 {"tensor", "sender", "chunk_bytes"});
       Op op;
       op.id = field<int>(o, "id", where);
       op.kind = parse_op_kind(field<std::string>(o, "kind", where));

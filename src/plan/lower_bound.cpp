@@ -6,9 +6,23 @@
 
 namespace meshcast {
 
+std::vector<double> host_in_bytes(const Resharding& problem, const std::vector<UnitTask>& tasks) {
+  const Cluster& cluster = problem.cluster;
+  std::vector<double> in(cluster.hosts, 0);
+  for (const UnitTask& t : tasks) {
+    std::set<int> hs;
+    std::set<int> hr;
+    for (DeviceId d : t.senders) hs.insert(cluster.host_of(d));
+    for (DeviceId d : t.receivers) hr.insert(cluster.host_of(d));
+    for (int h : hr)
+      if (!hs.contains(h)) in[h] += static_cast<double>(t.bytes);
+  }
+  return in;
+}
+
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
   const Cluster& cluster = batch.cluster;
-  std::vector<double> in(cluster.hosts, 0);    // in(h) of DESIGN.md, bytes
+  std::vector<double> in(cluster.hosts, 0);    // in(h) of docs/concepts.md, bytes
   std::vector<double> only(cluster.hosts, 0);  // only(h)
   std::vector<double> dev_in(cluster.devices(), 0);
   std::vector<bool> pooled_sender(cluster.hosts, false);  // hosts of ∪ HS(t) over t in N
@@ -41,7 +55,9 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   if (pooled_bytes > 0) bound = std::max(bound, pooled_bytes / pooled_bandwidth);
   for (DeviceId d = 0; d < cluster.devices(); ++d)
     bound = std::max(bound, dev_in[d] / cluster.device_bandwidth_of(d));
-  return bound;
+  // Whatever has to move travels in messages, and the first byte of the busiest resource's
+  // first message waits one latency: no plan beats the bandwidth term plus one latency.
+  return bound > 0 ? bound + cluster.latency : 0;
 }
 
 double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks) {

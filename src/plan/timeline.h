@@ -60,10 +60,10 @@ class Schedule {
   std::vector<std::vector<Slot>> busy_;  // per resource, sorted, disjoint
 };
 
-// Plays ops in plan order as DESIGN.md's semantics say: an op starts once each of its devices
-// has finished its earlier ops. Each NIC direction carries one op at a time, in whatever order
-// fits (the earliest idle window after the devices are ready). Sorting a Schedule's ops by start
-// gives a plan whose Replay finishes no later than the Schedule.
+// Plays ops in plan order as the execution semantics of docs/concepts.md say: an op starts once
+// each of its devices has finished its earlier ops. Each NIC direction carries one op at a time, in
+// whatever order fits (the earliest idle window after the devices are ready). Sorting a Schedule's
+// ops by start gives a plan whose Replay finishes no later than the Schedule.
 class Replay {
  public:
   explicit Replay(const Batch& batch);

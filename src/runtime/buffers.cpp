@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "meshcast/layout/tile_elements.h"
+
 namespace meshcast {
 namespace {
 
@@ -12,30 +14,6 @@ uint64_t pattern_value(int64_t global_index) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
-}
-
-// Calls visit(global_index, byte_offset) for every element of `box`, row-major, with the inner
-// dimension as a straight loop.
-template <typename Visit>
-void for_each_element(const Box& box, const std::vector<int64_t>& shape, int elem_size,
-                      Visit visit) {
-  if (box.empty()) return;
-  const int rank = box.rank();
-  std::vector<int64_t> index(rank);
-  for (int d = 0; d < rank; ++d) index[d] = box.dims[d].lo;
-  const int64_t inner = box.dims[rank - 1].size();
-  int64_t offset = 0;
-  while (true) {
-    int64_t g = 0;
-    for (int d = 0; d < rank; ++d) g = g * shape[d] + index[d];
-    for (int64_t i = 0; i < inner; ++i, offset += elem_size) visit(g + i, offset);
-    int d = rank - 2;
-    for (; d >= 0; --d) {
-      if (++index[d] < box.dims[d].hi) break;
-      index[d] = box.dims[d].lo;
-    }
-    if (d < 0) return;
-  }
 }
 
 bool in_mesh(const Mesh& mesh, DeviceId device) {
@@ -91,6 +69,18 @@ std::vector<TileBuffers> allocate_tile_buffers(const Batch& batch,
   return buffers;
 }
 
+int64_t tile_bytes(const Batch& batch, const std::vector<DeviceId>& devices) {
+  int64_t bytes = 0;
+  for (DeviceId d : devices)
+    for (int t = 0; t < static_cast<int>(batch.tensors.size()); ++t) {
+      if (!in_meshes(batch.tensors[t], d)) continue;
+      const DeviceTiles tiles = tiles_of(batch, t, d);
+      bytes +=
+          (tiles.src.volume() + tiles.dst.volume()) * dtype_size(batch.tensors[t].tensor.dtype);
+    }
+  return bytes;
+}
+
 std::vector<TileBuffers> allocate_tile_buffers(const Resharding& problem,
                                                const std::vector<DeviceId>& devices) {
   return allocate_tile_buffers(Batch::of_one(problem), devices);
@@ -105,18 +95,18 @@ std::vector<DeviceBuffers> buffer_views(std::vector<TileBuffers>& buffers) {
 
 void fill_pattern(const Box& box, const std::vector<int64_t>& shape, int elem_size,
                   std::span<std::byte> buffer) {
-  for_each_element(box, shape, elem_size, [&](int64_t g, int64_t offset) {
+  for_each_tile_element(box, shape, [&](int64_t g, int64_t position) {
     const uint64_t v = pattern_value(g);
-    std::memcpy(buffer.data() + offset, &v, elem_size);
+    std::memcpy(buffer.data() + position * elem_size, &v, elem_size);
   });
 }
 
 int64_t count_pattern_errors(const Box& box, const std::vector<int64_t>& shape, int elem_size,
                              std::span<const std::byte> buffer) {
   int64_t errors = 0;
-  for_each_element(box, shape, elem_size, [&](int64_t g, int64_t offset) {
+  for_each_tile_element(box, shape, [&](int64_t g, int64_t position) {
     const uint64_t v = pattern_value(g);
-    errors += std::memcmp(buffer.data() + offset, &v, elem_size) != 0;
+    errors += std::memcmp(buffer.data() + position * elem_size, &v, elem_size) != 0;
   });
   return errors;
 }

@@ -5,12 +5,17 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <random>
 #include <stdexcept>
 
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/plan/lower_bound.h"
+#include "meshcast/runtime/buffers.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"
 
@@ -214,8 +219,73 @@ double BenchRow::effective_gbps() const {
   return bytes_to_gbps(static_cast<double>(tensor_bytes) / time_s);
 }
 
+namespace {
+
+// Bytes this machine can still give: MemAvailable, or less when a cgroup (v2) limit is nearer.
+int64_t available_memory() {
+  int64_t available = std::numeric_limits<int64_t>::max();
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    int64_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemAvailable:") available = kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  std::ifstream max_file("/sys/fs/cgroup/memory.max");
+  std::ifstream current_file("/sys/fs/cgroup/memory.current");
+  int64_t limit = 0;
+  int64_t current = 0;
+  if (max_file >> limit && current_file >> current)  // "max" (no limit) fails to parse
+    available = std::min(available, limit - current);
+  return available;
+}
+
+// Open MPI's count of ranks on this machine and the world rank of the first of them (ranks are
+// devices, placed in order); 1 and 0 outside mpirun.
+std::pair<int, int> local_ranks() {
+  const auto env = [](const char* name, int fallback) {
+    const char* value = std::getenv(name);
+    return value ? std::atoi(value) : fallback;
+  };
+  const int size = env("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  const int first = env("OMPI_COMM_WORLD_RANK", 0) - env("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  return {size, first};
+}
+
+std::string gib(int64_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30));
+}
+
+}  // namespace
+
+void check_tile_memory(const Batch& batch, std::string_view backend, int64_t max_memory,
+                       std::string_view shrink) {
+  std::vector<DeviceId> here;
+  if (backend == "mpi") {
+    const auto [size, first] = local_ranks();
+    for (int d = first; d < first + size && d < batch.cluster.devices(); ++d) here.push_back(d);
+  } else {
+    for (DeviceId d = 0; d < batch.cluster.devices(); ++d) here.push_back(d);
+  }
+  const int64_t needed = tile_bytes(batch, here);
+  const int64_t available = max_memory > 0 ? max_memory : available_memory();
+  if (needed <= available) return;
+  int64_t total = 0;
+  for (const auto& t : batch.tensors) total += t.tensor.bytes();
+  const std::string what =
+      batch.tensors.size() == 1
+          ? fmt::format("{} tensor", shape_to_string(batch.tensors[0].tensor.shape, 'x'))
+          : fmt::format("{} tensors", batch.tensors.size());
+  throw InvalidArgument(
+      fmt::format("the tiles of {} device(s) on this machine need {} ({} of {}), more than the {} "
+                  "{}: expected a smaller tensor ({})",
+                  here.size(), gib(needed), what, gib(total), gib(available),
+                  max_memory > 0 ? "of --max-memory" : "this machine has available", shrink));
+}
+
 BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
-                     std::string_view backend, Executor* executor, const MeasureOptions& measure) {
+                     std::string_view backend, Executor* executor, const MeasureOptions& measure,
+                     int64_t max_memory) {
   check_backend(backend);
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t) {
@@ -223,10 +293,14 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
   };
   BenchRow row{.label = bench_case.label, .description = bench_case.description, .choice = choice};
   row.tensor_bytes = bench_case.problem.tensor.bytes();
+  const auto in = host_in_bytes(bench_case.problem, decompose(bench_case.problem));
+  row.bus_bytes = in.empty() ? 0 : *std::max_element(in.begin(), in.end());
   const auto planning = Clock::now();
   const auto make = [&] {
-    return make_plan(bench_case.problem,
-                     PlanOptions{.strategy = choice.strategy, .balance = choice.balance});
+    Plan plan = make_plan(bench_case.problem,
+                          PlanOptions{.strategy = choice.strategy, .balance = choice.balance});
+    if (executor) check_tile_memory(plan.batch, backend, max_memory, "a smaller --bytes");
+    return plan;
   };
   const Plan plan = executor ? plan_on_leader(*executor, make) : make();
   row.plan_s = seconds_since(planning);

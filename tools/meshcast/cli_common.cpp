@@ -1,64 +1,93 @@
 #include "cli_common.h"
 
+#include "cli_errors.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/plan/validate.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast::cli {
 
-void add_layout_options(CLI::App& verb, LayoutOptions& o) {
-  verb.add_option("--paper-case", o.paper_case,
-                  "Use case 1..8 of the paper's suite (PAPER.md) instead of the layout options");
-  verb.add_option("--scale", o.scale, "Divide the paper case's first dimension by this")
-      ->capture_default_str();
-  verb.add_option("--shape", o.shape, "Global tensor shape, e.g. 1024,1024,512");
-  verb.add_option("--dtype", o.dtype, "int8|uint8|int32|int64|float16|bfloat16|float32|float64")
-      ->capture_default_str();
-  verb.add_option("--src-mesh", o.src_mesh, "Source mesh shape, e.g. 2x4");
-  verb.add_option("--src-spec", o.src_spec,
-                  "Source sharding spec: S0RR, Shard(0),Replicate() or P(dp,None)");
-  verb.add_option("--dst-mesh", o.dst_mesh, "Destination mesh shape (default: the source's)");
-  verb.add_option("--dst-spec", o.dst_spec,
-                  "Destination sharding spec: RRS0, Replicate(),Shard(1) or P(None,tp)");
-  verb.add_option("--src-axes", o.src_axes,
-                  "Names of the source mesh axes for a PartitionSpec, e.g. dp,tp");
-  verb.add_option("--dst-axes", o.dst_axes,
-                  "Names of the destination mesh axes (default: --src-axes)");
-  verb.add_option("--devices-per-host", o.devices_per_host,
-                  "Devices per host (default: the larger last mesh axis)");
-  verb.add_option("--hosts", o.hosts, "Hosts in the cluster (default: as many as the meshes need)");
-  verb.add_option("--dst-host-offset", o.dst_host_offset,
-                  "First host of the destination mesh (default: the next host after the source)");
-  verb.add_option("--src-devices", o.src_devices, "Explicit row-major source device ids");
-  verb.add_option("--dst-devices", o.dst_devices, "Explicit row-major destination device ids");
+std::vector<CLI::Option*> add_layout_options(CLI::App& verb, LayoutOptions& o) {
+  auto* paper_case = verb.add_option("--paper-case", o.paper_case,
+                                     "Use case 1..8 of the paper's suite (docs/paper-cases.md) "
+                                     "instead of the layout options below")
+                         ->check(in_range(1, 8));
+  auto* scale = verb.add_option("--scale", o.scale,
+                                "Divide the paper case's first dimension by this (with "
+                                "--paper-case; the layout options give the shape directly)")
+                    ->capture_default_str()
+                    ->check(in_range(1));
+  scale->needs(paper_case);
+  const std::vector<CLI::Option*> layout = {
+      verb.add_option("--shape", o.shape, "Global tensor shape, e.g. 1024,1024,512"),
+      verb.add_option("--dtype", o.dtype,
+                      "int8|uint8|int32|int64|float16|bfloat16|float32|float64 (default float32)"),
+      verb.add_option("--src-mesh", o.src_mesh, "Source mesh shape, e.g. 2x4"),
+      verb.add_option("--src-spec", o.src_spec,
+                      "Source sharding spec: S0RR, Shard(0),Replicate() or P(dp,None)"),
+      verb.add_option("--dst-mesh", o.dst_mesh, "Destination mesh shape (default: the source's)"),
+      verb.add_option("--dst-spec", o.dst_spec,
+                      "Destination sharding spec: RRS0, Replicate(),Shard(1) or P(None,tp)"),
+      verb.add_option("--src-axes", o.src_axes,
+                      "Names of the source mesh axes for a PartitionSpec, e.g. dp,tp"),
+      verb.add_option("--dst-axes", o.dst_axes,
+                      "Names of the destination mesh axes (default: --src-axes)"),
+      verb.add_option("--devices-per-host", o.devices_per_host,
+                      "Devices per host (default: the larger last mesh axis)")
+          ->check(in_range(1)),
+      verb.add_option("--hosts", o.hosts,
+                      "Hosts in the cluster (default: as many as the meshes need)")
+          ->check(in_range(1)),
+      verb.add_option("--dst-host-offset", o.dst_host_offset,
+                      "First host of the destination mesh (default: the next host after the "
+                      "source)")
+          ->check(in_range(0)),
+      verb.add_option("--src-devices", o.src_devices, "Explicit row-major source device ids"),
+      verb.add_option("--dst-devices", o.dst_devices, "Explicit row-major destination device ids")};
+  for (CLI::Option* option : layout) paper_case->excludes(option);
+  std::vector<CLI::Option*> all = {paper_case, scale};
+  all.insert(all.end(), layout.begin(), layout.end());
+  return all;
 }
 
-void add_cluster_options(CLI::App& verb, ClusterOptions& o) {
-  verb.add_option("--nic-gbps", o.nic_gbps, "Host NIC bandwidth per direction, Gbps")
-      ->capture_default_str();
-  verb.add_option("--dev-gbps", o.dev_gbps, "Device link bandwidth per direction, Gbps")
-      ->capture_default_str();
-  verb.add_option("--latency-us", o.latency_us, "Per-message latency, microseconds")
-      ->capture_default_str();
+std::vector<CLI::Option*> add_cluster_options(CLI::App& verb, ClusterOptions& o) {
+  return {verb.add_option("--nic-gbps", o.nic_gbps, "Host NIC bandwidth per direction, Gbps")
+              ->capture_default_str()
+              ->check(positive()),
+          verb.add_option("--dev-gbps", o.dev_gbps, "Device link bandwidth per direction, Gbps")
+              ->capture_default_str()
+              ->check(positive()),
+          verb.add_option("--latency-us", o.latency_us, "Per-message latency, microseconds")
+              ->capture_default_str()
+              ->check(in_range(0))};
 }
 
 namespace {
 
-Mesh make_mesh(const std::vector<int64_t>& shape, const std::string& devices, int first_host,
-               int devices_per_host) {
-  if (devices.empty()) return Mesh::placed(shape, first_host, devices_per_host);
-  return Mesh(shape, parse_device_list(devices));
+// The mesh of one side; `side` ("source", "destination") prefixes any error.
+Mesh make_mesh(std::string_view side, const std::vector<int64_t>& shape, const std::string& devices,
+               int first_host, int devices_per_host) {
+  try {
+    if (devices.empty()) return Mesh::placed(shape, first_host, devices_per_host);
+    return Mesh(shape, parse_device_list(devices));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{} mesh: {}", side, e.what()));
+  }
 }
 
 // "dp,tp" -> {"dp", "tp"}; "" -> {} (axes numbered 0, 1, ...).
@@ -124,9 +153,9 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
     throw InvalidArgument(
         fmt::format("bad --dst-host-offset {}: expected >= 0", *o.dst_host_offset));
 
-  Mesh src = make_mesh(src_shape, o.src_devices, 0, per_host);
+  Mesh src = make_mesh("source", src_shape, o.src_devices, 0, per_host);
   const int dst_first = o.dst_host_offset.value_or(hosts_used(src, per_host));
-  Mesh dst = make_mesh(dst_shape, o.dst_devices, dst_first, per_host);
+  Mesh dst = make_mesh("destination", dst_shape, o.dst_devices, dst_first, per_host);
 
   p.cluster.devices_per_host = per_host;
   if (o.hosts < 0) throw InvalidArgument(fmt::format("bad --hosts {}: expected > 0", o.hosts));
@@ -143,35 +172,46 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
   return p;
 }
 
-void add_plan_source_options(CLI::App& verb, PlanSourceOptions& o) {
-  add_layout_options(verb, o.layout);
-  add_cluster_options(verb, o.cluster);
-  verb.add_option("--strategy", o.strategy, "send_recv|allgather|broadcast")->capture_default_str();
-  verb.add_option("--balance", o.balance,
-                  "none|size|order (default: order for broadcast, size otherwise)");
-  verb.add_flag("--split", o.split,
-                "Let several replica hosts each send a part of a slice when that is faster");
-  verb.add_option("--search-effort", o.search_effort,
-                  "Improvement search of --balance order: 0 greedy only, 2 twice the default")
-      ->capture_default_str();
-  verb.add_option("--chunk-bytes", o.chunk_bytes, "Broadcast pipelining chunk (0: automatic)")
-      ->capture_default_str();
-  verb.add_option("--plan", o.plan_file,
-                  "Load this plan document instead of planning (the layout options are ignored)");
-  verb.add_option("--batch", o.batch_file,
-                  "Plan the tensors of this batch file together (docs/json.md); it replaces the "
-                  "layout and cluster options");
+std::vector<CLI::Option*> add_plan_source_options(CLI::App& verb, PlanSourceOptions& o) {
+  std::vector<CLI::Option*> options = add_layout_options(verb, o.layout);
+  const size_t add_layout_options_count = options.size();
+  const auto cluster = add_cluster_options(verb, o.cluster);
+  const size_t add_cluster_options_count = cluster.size();
+  options.insert(options.end(), cluster.begin(), cluster.end());
+  options.push_back(verb.add_option("--strategy", o.strategy, "send_recv|allgather|broadcast")
+                        ->capture_default_str());
+  options.push_back(verb.add_option(
+      "--balance", o.balance, "none|size|order (default: order for broadcast, size otherwise)"));
+  options.push_back(
+      verb.add_flag("--split", o.split,
+                    "Let several replica hosts each send a part of a slice when that is faster"));
+  options.push_back(verb.add_option("--search-effort", o.search_effort,
+                                    "Improvement search of --balance order: 0 greedy only, 2 "
+                                    "twice the default")
+                        ->capture_default_str()
+                        ->check(in_range(0)));
+  options.push_back(
+      verb.add_option("--chunk-bytes", o.chunk_bytes, "Broadcast pipelining chunk (0: automatic)")
+          ->capture_default_str()
+          ->check(in_range(0)));
+  auto* plan = verb.add_option("--plan", o.plan_file,
+                               "Load this plan document instead of planning (it fixes the "
+                               "layout, cluster and planner options, so they cannot be given)");
+  // A batch replaces the layout and cluster options; a plan document replaces them all.
+  auto* batch = verb.add_option("--batch", o.batch_file,
+                                "Plan the tensors of this batch file together (docs/json.md); it "
+                                "replaces the layout and cluster options");
+  for (CLI::Option* option : options) plan->excludes(option);
+  plan->excludes(batch);
+  const size_t layout_and_cluster = add_layout_options_count + add_cluster_options_count;
+  for (size_t i = 0; i < layout_and_cluster; ++i) batch->excludes(options[i]);
+  options.push_back(plan);
+  options.push_back(batch);
+  return options;
 }
 
 Plan load_plan_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("cannot read plan file '{}': no such file", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError(fmt::format("plan file '{}' is not JSON: {}", path, e.what()));
-  }
+  const nlohmann::json j = read_json_file(path, "plan");
   try {
     Plan plan = plan_from_json(j);
     validate_plan(plan);
@@ -184,14 +224,7 @@ Plan load_plan_file(const std::string& path) {
 }
 
 Batch load_batch_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("cannot read batch file '{}': no such file", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError(fmt::format("batch file '{}' is not JSON: {}", path, e.what()));
-  }
+  const nlohmann::json j = read_json_file(path, "batch");
   try {
     return batch_from_json(j);
   } catch (const ParseError& e) {
@@ -202,14 +235,11 @@ Batch load_batch_file(const std::string& path) {
 }
 
 Cluster load_cluster_file(const std::string& path, const Cluster& defaults) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("cannot read cluster file '{}': no such file", path));
+  const nlohmann::json j = read_json_file(path, "cluster");
   try {
-    Cluster cluster = cluster_from_json(nlohmann::json::parse(in), defaults);
+    Cluster cluster = cluster_from_json(j, defaults);
     cluster.validate();
     return cluster;
-  } catch (const nlohmann::json::exception& e) {
-    throw ParseError(fmt::format("cluster file '{}' is not JSON: {}", path, e.what()));
   } catch (const ParseError& e) {
     throw ParseError(fmt::format("cluster file '{}': {}", path, e.what()));
   } catch (const InvalidArgument& e) {
@@ -219,22 +249,25 @@ Cluster load_cluster_file(const std::string& path, const Cluster& defaults) {
 
 pipeline::Schedule load_schedule_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw InvalidArgument(fmt::format("cannot read '{}': expected a schedule file", path));
+  if (!in)
+    throw InvalidArgument(
+        fmt::format("cannot read schedule file '{}': {}", path,
+                    std::filesystem::exists(path) ? "not readable" : "no such file"));
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const auto first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw ParseError(fmt::format("cannot parse '{}': {}", path, e.what()));
-    }
-    // A document of this verb nests the schedule under "schedule".
-    return pipeline::schedule_from_json(j.contains("schedule") ? j["schedule"] : j);
+  const bool is_json = first != std::string::npos && text[first] == '{';
+  const nlohmann::json j = is_json ? read_json_file(path, "schedule") : nlohmann::json();
+  try {
+    if (!is_json) return pipeline::schedule_from_text(text);
+    // A document of `meshcast schedule --format json` nests the schedule under "schedule".
+    if (!j.contains("schedule")) return pipeline::schedule_from_json(j);
+    check_keys(j, "document", {"schedule"}, {"meshcast_version", "costs", "simulation"});
+    return pipeline::schedule_from_json(j["schedule"]);
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("schedule file '{}': {}", path, e.what()));
   }
-  return pipeline::schedule_from_text(text);
 }
 
 Plan plan_from_options(const PlanSourceOptions& o) {
@@ -305,6 +338,15 @@ void print_problem_header(const Batch& batch) {
              mesh_shape_to_string(p.src.mesh.shape()), p.src.spec.to_string(),
              mesh_shape_to_string(p.dst.mesh.shape()), p.dst.spec.to_string(), p.cluster.hosts,
              p.cluster.devices_per_host);
+}
+
+std::string human_seconds(double seconds) {
+  if (seconds == 0) return "0 s";
+  const double magnitude = std::abs(seconds);
+  if (magnitude >= 1) return fmt::format("{:.4g} s", seconds);
+  if (magnitude >= 1e-3) return fmt::format("{:.4g} ms", seconds * 1e3);
+  if (magnitude >= 1e-6) return fmt::format("{:.4g} µs", seconds * 1e6);
+  return fmt::format("{:.4g} ns", seconds * 1e9);
 }
 
 std::string human_bytes(double bytes) {

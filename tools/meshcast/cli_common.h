@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/plan.h"
@@ -13,7 +14,7 @@
 namespace meshcast::cli {
 
 struct LayoutOptions {
-  int paper_case = 0;  // 1..8 picks a case of PAPER.md instead of the options below
+  int paper_case = 0;  // 1..8 picks a case of docs/paper-cases.md instead of the options below
   int scale = 1;       // divides the paper case's first dimension
   std::string shape;
   std::string dtype = "float32";
@@ -36,8 +37,10 @@ struct ClusterOptions {
   double latency_us = 5;
 };
 
-void add_layout_options(CLI::App& verb, LayoutOptions& options);
-void add_cluster_options(CLI::App& verb, ClusterOptions& options);
+// Add the options and return them. --paper-case excludes the layout options it replaces and
+// --scale needs --paper-case: an option that would be ignored is an error.
+std::vector<CLI::Option*> add_layout_options(CLI::App& verb, LayoutOptions& options);
+std::vector<CLI::Option*> add_cluster_options(CLI::App& verb, ClusterOptions& options);
 
 // The resharding the options describe, with hosts counted from the meshes and bandwidths from
 // `cluster`. Throws InvalidArgument naming the bad option.
@@ -58,9 +61,9 @@ struct PlanSourceOptions {
 };
 
 // Adds the layout and cluster options, --strategy, --balance, --split, --search-effort,
-// --chunk-bytes, --plan and --batch.
-void add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
-
+// --chunk-bytes, --plan and --batch; --plan excludes all the others and --batch the layout and
+// cluster options. Returns them all.
+std::vector<CLI::Option*> add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
 // Reads a plan document (docs/json.md) and validates it. Throws ParseError or InvalidArgument
 // naming the file and the problem.
 Plan load_plan_file(const std::string& path);
@@ -79,6 +82,10 @@ Plan plan_from_options(const PlanSourceOptions& options);
 // batch: its size and cluster, then one line per tensor class (names equal but for their numbers,
 // e.g. layers.*.mlp.up.weight) with the count, the bytes and the first tensor's layouts.
 void print_problem_header(const Batch& batch);
+
+// Seconds in the unit that suits them, with 4 significant digits: "1.722 s", "18.04 ms",
+// "887.0 µs", "0 s"; text reports print every time with it.
+std::string human_seconds(double seconds);
 
 // "2.00 GiB (2147483648 B)"-style human sizes for text reports.
 std::string human_bytes(double bytes);

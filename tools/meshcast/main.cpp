@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/version.h"
 #include "verbs.h"
@@ -26,9 +27,11 @@ int main(int argc, char** argv) {
 #endif
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    fmt::print(stderr, "meshcast: error: {}\n", meshcast::cli::describe_parse_error(app, e));
+    return 2;
   } catch (const meshcast::Error& e) {
     fmt::print(stderr, "meshcast: error: {}\n", e.what());
     return 2;

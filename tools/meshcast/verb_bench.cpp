@@ -10,6 +10,7 @@
 
 #include "bench_chart.h"
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/suites/bench.h"
@@ -27,18 +28,19 @@ struct BenchOptions {
   int count = 10;
   std::string cases;
   std::string strategies;
-  bool scale = false;
-  std::string scale_hosts = "64,512";
+  bool grow = false;
+  std::string grow_hosts = "64,512";
   int64_t max_tasks = 1'000'000;
   std::string backend = "sim";
   int64_t bytes = 0;  // local/mpi: tensors shrunk to about this size (0: default_bytes)
   std::string cluster_file;
+  int64_t max_memory = 0;  // local/mpi: 0 = the memory available
   MeasureOptions measure{.iters = 3, .warmup = 1, .verify = false};
   bool json = false;
   std::string svg;
 };
 
-// A case of the --scale suite that is not run, and why.
+// A case of the --grow suite that is not run, and why.
 struct Skipped {
   std::string label;
   std::string description;
@@ -76,7 +78,7 @@ std::vector<int> parse_host_counts(const std::string& text) {
       hosts.push_back(h);
     } catch (const std::exception&) {
       throw InvalidArgument(
-          fmt::format("bad host count '{}' in --scale-hosts: expected even numbers >= 2", part));
+          fmt::format("bad host count '{}' in --grow-hosts: expected even numbers >= 2", part));
     }
   }
   return hosts;
@@ -91,29 +93,34 @@ std::string cluster_line(const Cluster& c) {
 void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
                  const std::vector<BenchRow>& rows, const std::vector<Skipped>& skipped) {
   const bool real = o.backend != "sim";
-  fmt::print("suite {}{}, backend {}; cluster: {}{}\n", o.suite, o.scale ? " --scale" : "",
-             o.backend, suite.empty() ? "-" : cluster_line(suite.front().problem.cluster),
+  fmt::print("suite {}{}, backend {}; cluster: {}{}\n", o.suite, o.grow ? " --grow" : "", o.backend,
+             suite.empty() ? "-" : cluster_line(suite.front().problem.cluster),
              o.cluster_file.empty() ? "" : fmt::format(" (links from {})", o.cluster_file));
   size_t width = 6;
   for (const auto& r : rows) width = std::max(width, r.description.size());
-  fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8} {:>7} {:>8}", "case", "layout", width, "strategy",
-             "time (s)", "Gbps", "/bound", "speedup");
-  if (real) fmt::print(" {:>10} {:>8}", "sim (s)", "meas/sim");
-  if (o.scale) fmt::print(" {:>8} {:>9} {:>9}", "ops", "plan (s)", "sim (s)");
+  fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8} {:>7} {:>7} {:>7} {:>8}", "case", "layout", width,
+             "strategy", "time", "Gbps", "algbw", "busbw", "/bound", "speedup");
+  if (real) fmt::print(" {:>10} {:>8}", "sim", "meas/sim");
+  if (o.grow) fmt::print(" {:>8} {:>10} {:>10}", "ops", "planning", "simulation");
   fmt::print("\n");
   for (const auto& r : rows) {
-    fmt::print("{:<6} {:<{}} {:<16} {:>10.4f} {:>8.2f} {:>7.3f} {:>8}", r.label, r.description,
-               width, r.choice.name(), r.time_s, r.effective_gbps(), r.ratio(),
+    fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8.2f} {:>7.3f} {:>7.3f} {:>7.3f} {:>8}", r.label,
+               r.description, width, r.choice.name(), human_seconds(r.time_s), r.effective_gbps(),
+               r.algbw_gbs(), r.busbw_gbs(), r.ratio(),
                r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-");
-    if (real) fmt::print(" {:>10.4f} {:>8.3f}", r.predicted_s, r.measured_over_predicted());
-    if (o.scale) fmt::print(" {:>8} {:>9.3f} {:>9.3f}", r.ops, r.plan_s, r.measure_s);
+    if (real)
+      fmt::print(" {:>10} {:>8.3f}", human_seconds(r.predicted_s), r.measured_over_predicted());
+    if (o.grow)
+      fmt::print(" {:>8} {:>10} {:>10}", r.ops, human_seconds(r.plan_s),
+                 human_seconds(r.measure_s));
     fmt::print("\n");
   }
   for (const auto& s : skipped)
     fmt::print("{:<6} {:<{}} skipped: {}\n", s.label, s.description, width, s.reason);
   fmt::print(
-      "time: {}; Gbps: tensor bits / time; /bound: time / lower bound; speedup: send_recv's "
-      "time / time{}\n",
+      "time: {}; Gbps: tensor bits / time; algbw: tensor bytes / time, GB/s; busbw: the most bytes "
+      "a host must receive / time, GB/s (nccl-tests' figures, docs/cli.md#meshcast-bench); "
+      "/bound: time / lower bound; speedup: send_recv's time / time{}\n",
       real ? fmt::format("measured (median of {} runs after {} warm-up{})", o.measure.iters,
                          o.measure.warmup, o.measure.verify ? ", every element verified" : "")
            : "simulated",
@@ -128,7 +135,7 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
   };
   nlohmann::json j = {{"meshcast_version", kVersion},
                       {"suite", o.suite},
-                      {"scale", o.scale},
+                      {"grow", o.grow},
                       {"backend", o.backend},
                       {"cluster_file", o.cluster_file.empty() ? nlohmann::json(nullptr)
                                                               : nlohmann::json(o.cluster_file)}};
@@ -144,6 +151,8 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
          {"lower_bound_s", r.lower_bound_s},
          {"ratio", r.ratio()},
          {"effective_gbps", r.effective_gbps()},
+         {"algbw_gbs", r.algbw_gbs()},
+         {"busbw_gbs", r.busbw_gbs()},
          {"speedup", r.speedup > 0 ? nlohmann::json(r.speedup) : nullptr},
          {"predicted_s", r.predicted_s > 0 ? nlohmann::json(r.predicted_s) : nullptr},
          {"measured_over_predicted",
@@ -266,14 +275,15 @@ void run_bench(const BenchOptions& o) {
   const auto numbers = o.cases.empty() ? std::vector<int>{} : parse_case_numbers(o.cases);
   if (!o.cases.empty() && o.suite != "paper")
     throw InvalidArgument(fmt::format("--cases picks paper cases; suite '{}' has none", o.suite));
-  if (o.scale && o.suite != "paper")
-    throw InvalidArgument(fmt::format("--scale grows the paper suite, not '{}'", o.suite));
+  if (o.grow && o.suite != "paper")
+    throw InvalidArgument(fmt::format(
+        "bad --suite {} with --grow: expected paper (--grow grows the paper cases)", o.suite));
   if (o.max_tasks <= 0)
     throw InvalidArgument(fmt::format("bad --max-tasks {}: expected > 0", o.max_tasks));
 
   std::vector<BenchCase> suite;
-  if (o.scale) {
-    for (int hosts : parse_host_counts(o.scale_hosts))
+  if (o.grow) {
+    for (int hosts : parse_host_counts(o.grow_hosts))
       for (auto& c : grown_paper_suite(numbers, hosts)) suite.push_back(std::move(c));
   } else if (o.suite == "paper") {
     suite = paper_suite(numbers);
@@ -321,7 +331,7 @@ void run_bench(const BenchOptions& o) {
       }
       for (const auto& s : strategies) {
         progress.step(c, s);
-        rows.push_back(measure_row(c, s, o.backend, executor.get(), o.measure));
+        rows.push_back(measure_row(c, s, o.backend, executor.get(), o.measure, o.max_memory));
       }
     }
   }
@@ -349,19 +359,23 @@ void add_bench_verb(CLI::App& app) {
   verb->add_option("--suite", o->suite, "paper | single-sender | random | weights")
       ->capture_default_str();
   verb->add_option("--seed", o->seed, "Seed of the random suite")->capture_default_str();
-  verb->add_option("--count", o->count, "Cases of the random suite")->capture_default_str();
+  verb->add_option("--count", o->count, "Cases of the random suite")
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("--cases", o->cases, "Paper cases to run, e.g. 1,7 (default: all)");
   verb->add_option("--strategies", o->strategies,
                    "Comma-separated: send_recv, allgather, broadcast/none, broadcast/size, "
                    "broadcast/order (default: all)");
-  verb->add_flag("--scale", o->scale,
-                 "Grow the paper cases to --scale-hosts hosts of 8 devices and report planning "
-                 "and simulation time");
-  verb->add_option("--scale-hosts", o->scale_hosts, "Host counts a 2-host mesh grows to")
-      ->capture_default_str();
+  auto* grow = verb->add_flag("--grow", o->grow,
+                              "Grow the paper cases to --grow-hosts hosts of 8 devices and report "
+                              "planning and simulation time");
+  verb->add_option("--grow-hosts", o->grow_hosts, "Host counts a 2-host mesh grows to")
+      ->capture_default_str()
+      ->needs(grow);
   verb->add_option("--max-tasks", o->max_tasks,
-                   "With --scale, skip (and say so) cases that may have more unit tasks")
-      ->capture_default_str();
+                   "With --grow, skip (and say so) cases that may have more unit tasks")
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("--backend", o->backend,
                    "Where times come from: sim, local (threads in this process) or mpi (under "
                    "mpirun, one rank per device)")
@@ -373,13 +387,20 @@ void add_bench_verb(CLI::App& app) {
   verb->add_option("--bytes", o->bytes,
                    "local/mpi: shrink each tensor's first dimension to about this many bytes "
                    "(0: 64 MiB, or with --cluster what one of its NICs moves in 1 s if less)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_option("--iters", o->measure.iters, "local/mpi: timed iterations per row (median)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("--warmup", o->measure.warmup, "local/mpi: untimed iterations before them")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--verify", o->measure.verify,
                  "local/mpi: check every destination element of each row's last run");
+  verb->add_option("--max-memory", o->max_memory,
+                   "local/mpi: refuse a row whose tiles on this machine need more bytes than this "
+                   "(default: the memory available)")
+      ->check(in_range(1));
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->add_option("--svg", o->svg, "Write a grouped bar chart of effective bandwidth here");
   verb->callback([o] { run_bench(*o); });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/version.h"
@@ -41,7 +42,7 @@ struct MpiSession {
 };
 
 // Which host each rank runs on, from the hostnames MPI reports. Ranks must be host-major with the
-// same count per host, so that rank = host * G + local is the device id of DESIGN.md.
+// same count per host, so that rank = host * G + local is the device id of docs/concepts.md.
 struct Placement {
   std::vector<std::string> host_names;  // in order of first rank
   int per_host = 0;
@@ -167,7 +168,8 @@ double latency_seconds(const Placement& p, const CalibrateOptions& o) {
 
 void validate(const CalibrateOptions& o) {
   if (o.bytes < 1024 || o.bytes > (int64_t{1} << 30))
-    throw InvalidArgument(fmt::format("bad --bytes {}: expected 1024..{}", o.bytes, 1 << 30));
+    throw InvalidArgument(
+        fmt::format("bad --message-bytes {}: expected 1024..{}", o.bytes, 1 << 30));
   if (o.repeats < 1)
     throw InvalidArgument(fmt::format("bad --repeats {}: expected >= 1", o.repeats));
   if (o.pings < 1) throw InvalidArgument(fmt::format("bad --pings {}: expected >= 1", o.pings));
@@ -243,12 +245,16 @@ void add_calibrate_verb(CLI::App& app) {
       "calibrate",
       "Under mpirun (one rank per device, hosts filled in order): measure NIC, intra-host and "
       "latency figures and write a cluster JSON for the simulator (docs/testbed.md)");
-  verb->add_option("--bytes", options->bytes, "Bytes per host (NIC) and per pair (intra-host)")
-      ->capture_default_str();
+  verb->add_option("--message-bytes", options->bytes,
+                   "Bytes per host (NIC) and per pair (intra-host)")
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("--repeats", options->repeats, "Timed repeats; the median is kept")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("--pings", options->pings, "Round trips per latency sample")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("-o,--output", options->output, "Write the cluster JSON to this file");
   verb->add_flag("--json", options->json, "Print the cluster JSON instead of the summary");
   verb->callback([options] { calibrate(*options); });

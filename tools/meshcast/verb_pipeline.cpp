@@ -10,10 +10,12 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/pipeline/model.h"
 #include "meshcast/pipeline/render.h"
 #include "meshcast/pipeline/runtime.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/version.h"
 #include "run_common.h"
 #include "verbs.h"
@@ -51,7 +53,8 @@ struct Variant {
   bool overlap;
 };
 
-// The paper's end-to-end methods (PAPER.md), then every schedule with broadcast and overlap.
+// The paper's end-to-end methods (docs/pipeline.md), then every schedule with broadcast and
+// overlap.
 std::vector<Variant> paper_methods() {
   return {
       {"send_recv", ScheduleKind::one_f_one_b, {Strategy::send_recv}, false},
@@ -151,15 +154,16 @@ nlohmann::json rows_json(const std::vector<Row>& rows) {
 }
 
 PipelineModel load_model(const PipelineVerbOptions& o) {
-  std::ifstream in(o.config);
-  if (!in) throw InvalidArgument(fmt::format("cannot read '{}': expected a model file", o.config));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ParseError(fmt::format("cannot parse '{}': {}", o.config, e.what()));
-  }
-  PipelineModel m = model_from_json(j);
+  const nlohmann::json j = read_json_file(o.config, "pipeline config");
+  PipelineModel m = [&] {
+    try {
+      return model_from_json(j);
+    } catch (const ParseError& e) {
+      throw ParseError(fmt::format("pipeline config '{}': {}", o.config, e.what()));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("pipeline config '{}': {}", o.config, e.what()));
+    }
+  }();
   if (o.microbatches < 0)
     throw InvalidArgument(fmt::format("bad --microbatches {}: expected >= 1", o.microbatches));
   if (o.microbatches > 0) m.microbatches = o.microbatches;
@@ -214,14 +218,15 @@ std::string played_table(const PipelineVerbOptions& o, const std::vector<Played>
         v ? (*v ? "yes" : "NO") : "-");
   }
   out +=
-      "\nper stage (measured busy / transfer wait / idle seconds, peak in-flight activations "
+      "\nper stage (measured busy / blocked at transfers / idle seconds, peak in-flight "
+      "activations "
       "measured (schedule's)):\n";
   for (const auto& p : rows) {
     out += fmt::format("  {}:\n", p.simulated.variant.name);
     const auto& stages = p.measured.measured.stages;
     for (size_t i = 0; i < stages.size(); ++i)
       out += fmt::format("    stage {}: busy {:.4f}  wait {:.4f}  idle {:.4f}  in-flight {} ({})\n",
-                         i, stages[i].busy_s, stages[i].comm_wait_s, stages[i].idle_s,
+                         i, stages[i].busy_s, stages[i].transfer_wait_s, stages[i].idle_s,
                          stages[i].peak_in_flight, p.measured.predicted_peak_in_flight[i]);
   }
   return out;
@@ -234,7 +239,7 @@ nlohmann::json played_json(const PipelineVerbOptions& o, const std::vector<Playe
     std::vector<int> peaks;
     for (const auto& st : p.measured.measured.stages) {
       stages.push_back({{"busy_s", st.busy_s},
-                        {"comm_wait_s", st.comm_wait_s},
+                        {"blocked_s", st.transfer_wait_s},
                         {"idle_s", st.idle_s},
                         {"peak_in_flight", st.peak_in_flight}});
       peaks.push_back(st.peak_in_flight);
@@ -427,7 +432,8 @@ void add_pipeline_verb(CLI::App& app) {
   verb->add_option("--format", o->format, "text|json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
-  verb->add_option("--microbatches,-m", o->microbatches, "Override the config's microbatches");
+  verb->add_option("--microbatches,-m", o->microbatches, "Override the config's microbatches")
+      ->check(in_range(1));
   verb->add_option("--method", o->method, "The row --svg and --trace draw")->capture_default_str();
   verb->add_option("--svg", o->svg, "Write the Gantt chart of --method to this file");
   verb->add_option("--trace", o->trace, "Write the Chrome trace of --method to this file");

@@ -1,11 +1,14 @@
 // `meshcast plan`: plan a resharding or a batch (or load / check a plan file) and report its cost.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/plan/estimate.h"
 #include "meshcast/plan/json.h"
 #include "verbs.h"
@@ -17,9 +20,26 @@ struct PlanVerbOptions {
   PlanSourceOptions source;
   bool json = false;
   std::string check_file;
+  int limit = 10;
 };
 
-void print_summary(const Plan& plan) {
+// The first `limit` ops, one per line, in plan order.
+void print_ops(const Plan& plan, int limit) {
+  const int shown = std::min<int>(limit, static_cast<int>(plan.ops.size()));
+  if (shown > 0) fmt::print("first {} ops:\n", shown);
+  for (int i = 0; i < shown; ++i) {
+    const Op& op = plan.ops[i];
+    fmt::print("  {:>5} {:<9} tensor {:>3} task {:>4} {} {} from {} to [{}]{}\n", op.id,
+               to_string(op.kind), op.tensor, op.task, to_string(op.slice),
+               human_bytes(static_cast<double>(op.bytes)),
+               op.sender ? fmt::format("{}", *op.sender) : "-", fmt::join(op.receivers, ","),
+               op.chunk_bytes > 0
+                   ? fmt::format(" chunks of {}", human_bytes(static_cast<double>(op.chunk_bytes)))
+                   : "");
+  }
+}
+
+void print_summary(const Plan& plan, int limit) {
   print_problem_header(plan.batch);
   std::map<OpKind, int> kinds;
   for (const Op& op : plan.ops) ++kinds[op.kind];
@@ -36,12 +56,13 @@ void print_summary(const Plan& plan) {
                  human_bytes(static_cast<double>(traffic[h].out_bytes)),
                  human_bytes(static_cast<double>(traffic[h].in_bytes)));
   const double time = estimate(plan);
-  fmt::print("lower bound: {:.6f} s\n", plan.lower_bound_s);
+  fmt::print("lower bound: {}\n", human_seconds(plan.lower_bound_s));
   if (plan.lower_bound_s > 0)
-    fmt::print("estimate:    {:.6f} s ({:.3f}x the lower bound)\n", time,
+    fmt::print("estimate:    {} ({:.3f}x the lower bound)\n", human_seconds(time),
                time / plan.lower_bound_s);
   else
-    fmt::print("estimate:    {:.6f} s (no network or device traffic needed)\n", time);
+    fmt::print("estimate:    {} (no network or device traffic needed)\n", human_seconds(time));
+  print_ops(plan, limit);
 }
 
 }  // namespace
@@ -50,22 +71,27 @@ void add_plan_verb(CLI::App& app) {
   auto options = std::make_shared<PlanVerbOptions>();
   auto* verb =
       app.add_subcommand("plan", "Plan a resharding: ops, NIC bytes, lower bound, estimate");
-  add_plan_source_options(*verb, options->source);
-  verb->add_flag("--json", options->json, "Print the plan document (docs/json.md)");
-  verb->add_option("--check", options->check_file,
-                   "Validate this plan document and report it (exit 2 when invalid)");
+  const auto source = add_plan_source_options(*verb, options->source);
+  auto* json = verb->add_flag("--json", options->json, "Print the plan document (docs/json.md)");
+  verb->add_option("--limit", options->limit, "Ops to list in the text output")
+      ->capture_default_str()
+      ->check(in_range(0))
+      ->excludes(json);
+  auto* check = verb->add_option("--check", options->check_file,
+                                 "Validate this plan document and report it (exit 2 when invalid)");
+  for (CLI::Option* option : source) check->excludes(option);
   verb->callback([options] {
     if (!options->check_file.empty()) {
       const Plan plan = load_plan_file(options->check_file);
       fmt::print("{}: valid plan, {} ops\n", options->check_file, plan.ops.size());
-      print_summary(plan);
+      print_summary(plan, options->limit);
       return;
     }
     const Plan plan = plan_from_options(options->source);
     if (options->json)
       std::cout << plan_to_json(plan).dump() << '\n';
     else
-      print_summary(plan);
+      print_summary(plan, options->limit);
   });
 }
 

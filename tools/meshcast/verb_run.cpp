@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/runtime/measure.h"
@@ -28,6 +29,7 @@ struct RunOptions {
   MeasureOptions measure;
   bool json = false;
   std::string cluster_file;
+  int64_t max_memory = 0;  // 0: what the machine has available
 };
 
 int local_threads(const RunOptions& o) {
@@ -66,14 +68,15 @@ void print_text(const RunOptions& o, const Report& r) {
              to_string(r.plan.balance), r.plan.ops.size(), what,
              human_bytes(static_cast<double>(b.bytes())), c.hosts, c.devices_per_host);
   const auto [lo, hi] = std::minmax_element(r.m.times_s.begin(), r.m.times_s.end());
-  fmt::print("time: median {:.6f} s over {} iterations (+{} warmup), min {:.6f} s, max {:.6f} s\n",
-             r.m.median_s, o.measure.iters, o.measure.warmup, *lo, *hi);
+  fmt::print("time: median {} over {} iterations (+{} warmup), min {}, max {}\n",
+             human_seconds(r.m.median_s), o.measure.iters, o.measure.warmup, human_seconds(*lo),
+             human_seconds(*hi));
   fmt::print("effective bandwidth: {:.3f} GB/s ({:.2f} Gbps; tensor bytes / median time)\n",
              r.effective_gbps() / 8, r.effective_gbps());
   fmt::print(
-      "predicted: {:.6f} s by the simulator on {:g} Gbps NICs, {:g} Gbps device links "
+      "predicted: {} by the simulator on {:g} Gbps NICs, {:g} Gbps device links "
       "(measured / predicted {:.3f})\n",
-      r.predicted_s, bytes_to_gbps(r.predicted_on.nic_bandwidth),
+      human_seconds(r.predicted_s), bytes_to_gbps(r.predicted_on.nic_bandwidth),
       bytes_to_gbps(r.predicted_on.device_bandwidth), r.m.median_s / r.predicted_s);
   if (o.measure.verify)
     fmt::print("verify: {} destination elements checked, {} wrong{}\n", r.m.checked, r.m.errors,
@@ -108,7 +111,12 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
 
 Report run_plan(Executor& executor, const RunOptions& o) {
   Report r;
-  r.plan = plan_on_leader(executor, [&] { return plan_from_options(o.source); });
+  r.plan = plan_on_leader(executor, [&] {
+    Plan plan = plan_from_options(o.source);
+    check_tile_memory(plan.batch, o.backend, o.max_memory,
+                      "--scale N with --paper-case, a smaller --shape, or a plan of one");
+    return plan;
+  });
   r.predicted_on = r.plan.batch.cluster;
   if (!o.cluster_file.empty()) {
     // Every rank reads it and checks that the plan's meshes fit it before any byte moves.
@@ -139,17 +147,25 @@ void add_run_verb(CLI::App& app) {
                    "local (threads in this process) or mpi (mpirun -np <devices> meshcast run ...)")
       ->capture_default_str();
   verb->add_option("--threads", o->threads, "Worker threads of the local backend (0: one per core)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--mpi-bcast", o->mpi_bcast,
                  "mpi backend: broadcasts with MPI_Bcast on cached communicators instead of the "
                  "chunked chain");
-  verb->add_option("--iters", o->measure.iters, "Timed iterations")->capture_default_str();
+  verb->add_option("--iters", o->measure.iters, "Timed iterations")
+      ->capture_default_str()
+      ->check(in_range(1));
   verb->add_option("--warmup", o->measure.warmup, "Untimed iterations first")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--verify", o->measure.verify,
                  "Check every destination element against the pattern of its global index");
   verb->add_option("--cluster", o->cluster_file,
                    "Cluster document for the simulator's prediction (default: the plan's cluster)");
+  verb->add_option("--max-memory", o->max_memory,
+                   "Refuse to run when the tiles on this machine need more bytes than this "
+                   "(default: the memory available)")
+      ->check(in_range(1));
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->callback([o] {
     auto executor = make_executor(o->backend, o->threads, o->mpi_bcast);

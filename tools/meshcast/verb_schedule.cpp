@@ -2,16 +2,19 @@
 // print it as text, JSON, CSV, lowered sends/receives, an SVG Gantt chart or a Chrome trace.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/pipeline/lower.h"
 #include "meshcast/pipeline/render.h"
 #include "meshcast/pipeline/simulator.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/version.h"
 #include "verbs.h"
 
@@ -35,11 +38,14 @@ struct ScheduleOptions {
 };
 
 Schedule schedule_of(const ScheduleOptions& o) {
-  if (!o.check_file.empty()) {
-    if (!o.kind.empty()) throw InvalidArgument("give either --check FILE or --kind, not both");
-    return load_schedule_file(o.check_file);
-  }
-  if (o.kind.empty()) throw InvalidArgument("missing --kind (or give --check FILE)");
+  if (!o.check_file.empty()) return load_schedule_file(o.check_file);
+  if (o.kind.empty()) throw InvalidArgument("missing --kind: expected it (or --check FILE)");
+  if (o.stages == 0)
+    throw InvalidArgument(fmt::format(
+        "missing --stages (-n): expected the number of stages of the {} schedule", o.kind));
+  if (o.microbatches == 0)
+    throw InvalidArgument(fmt::format(
+        "missing --microbatches (-m): expected the microbatches of the {} schedule", o.kind));
   return make_schedule(parse_schedule_kind(o.kind), o.stages, o.microbatches, o.chunks);
 }
 
@@ -51,12 +57,12 @@ std::string summary_text(const Schedule& s, const ScheduleOptions& o, const Pipe
   out += schedule_to_text(s);
   out += fmt::format("makespan {:.6g} s   bubble {:.1f}%   {:.6g} microbatches/s\n", r.makespan_s,
                      100 * r.bubble_fraction, r.microbatches_per_s);
-  out += fmt::format("{:>5} {:>10} {:>12} {:>10} {:>15}\n", "stage", "busy_s", "comm_wait_s",
-                     "idle_s", "peak_in_flight");
+  out += fmt::format("{:>5} {:>10} {:>16} {:>18} {:>10} {:>15}\n", "stage", "busy_s",
+                     "transfer_wait_s", "dependency_wait_s", "idle_s", "peak_in_flight");
   for (size_t d = 0; d < r.stages.size(); ++d) {
     const auto& st = r.stages[d];
-    out += fmt::format("{:>5} {:>10.6g} {:>12.6g} {:>10.6g} {:>15}\n", d, st.busy_s, st.comm_wait_s,
-                       st.idle_s, st.peak_in_flight);
+    out += fmt::format("{:>5} {:>10.6g} {:>16.6g} {:>18.6g} {:>10.6g} {:>15}\n", d, st.busy_s,
+                       st.transfer_wait_s, st.dependency_wait_s, st.idle_s, st.peak_in_flight);
   }
   return out;
 }
@@ -93,24 +99,33 @@ void add_schedule_verb(CLI::App& app) {
   auto o = std::make_shared<ScheduleOptions>();
   auto* verb = app.add_subcommand(
       "schedule", "Generate or check a pipeline schedule and simulate it with uniform costs");
-  verb->add_option("--kind", o->kind, "gpipe|1f1b|eager-1f1b|interleaved-1f1b");
-  verb->add_option("--stages,-n", o->stages, "Pipeline stages (meshes)");
-  verb->add_option("--microbatches,-m", o->microbatches, "Microbatches per iteration");
-  verb->add_option("--chunks,-v", o->chunks, "Model chunks per stage (interleaved-1f1b)")
-      ->capture_default_str();
-  verb->add_option("--check", o->check_file,
-                   "Validate the schedule in this file (text rows or JSON) instead of generating");
+  const std::vector<CLI::Option*> generator = {
+      verb->add_option("--kind", o->kind, "gpipe|1f1b|eager-1f1b|interleaved-1f1b"),
+      verb->add_option("--stages,-n", o->stages, "Pipeline stages (meshes)")->check(in_range(1)),
+      verb->add_option("--microbatches,-m", o->microbatches, "Microbatches per iteration")
+          ->check(in_range(1)),
+      verb->add_option("--chunks,-v", o->chunks, "Model chunks per stage (interleaved-1f1b)")
+          ->capture_default_str()
+          ->check(in_range(1))};
+  auto* check =
+      verb->add_option("--check", o->check_file,
+                       "Validate the schedule in this file (text rows or JSON) instead of "
+                       "generating one (so it excludes --kind, -n, -m and -v)");
+  for (CLI::Option* option : generator) check->excludes(option);
   verb->add_option("--format", o->format, "text|json|csv|lowered|svg|trace")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "csv", "lowered", "svg", "trace"}));
   verb->add_option("--output,-o", o->output, "Write to this file instead of standard output");
   verb->add_option("--forward-s", o->forward_s, "Forward time of a chunk, seconds")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_option("--backward-s", o->backward_s, "Backward time of a chunk, seconds")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_option("--transfer-s", o->transfer_s,
                    "Time of each cross-stage transfer (activation or gradient), seconds")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--no-overlap", o->no_overlap,
                  "Sends block their sender until done (no separate communication stream)");
   verb->callback([o] {

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/lower_bound.h"
@@ -113,17 +114,17 @@ void print_text(const Report& r, int top) {
   fmt::print("plan: {} balance {}, {} ops ({} send, {} broadcast, {} allgather, {} copy)\n",
              to_string(plan.strategy), to_string(plan.balance), plan.ops.size(), kinds[0], kinds[1],
              kinds[2], kinds[3]);
-  fmt::print("simulated time   {:.6f} s\n", r.sim.time_s);
+  fmt::print("simulated time   {}\n", human_seconds(r.sim.time_s));
   // A plan of copies only has a zero bound: no ratio to speak of.
-  fmt::print("lower bound      {:.6f} s   ratio {}\n", r.lower_bound_s,
+  fmt::print("lower bound      {}   ratio {}\n", human_seconds(r.lower_bound_s),
              r.lower_bound_s > 0 ? fmt::format("{:.3f}", r.sim.time_s / r.lower_bound_s) : "-");
   fmt::print("effective bw     {:.2f} Gbps (tensor bits / time)\n", effective_gbps(r));
-  fmt::print("wall clock       planning {:.3f} s, simulation {:.3f} s ({} flows, {} steps)\n",
-             r.plan_s, r.sim_s, r.sim.flows, r.sim.events);
+  fmt::print("wall clock       planning {}, simulation {} ({} flows, {} steps)\n",
+             human_seconds(r.plan_s), human_seconds(r.sim_s), r.sim.flows, r.sim.events);
   const auto links = busiest_links(r.sim, top);
-  if (!links.empty()) fmt::print("busiest links    busy (s)   utilization  bytes\n");
+  if (!links.empty()) fmt::print("busiest links        busy   utilization  bytes\n");
   for (const LinkStats* l : links)
-    fmt::print("  {:<16} {:>9.6f}   {:>9.1f}%   {}\n", l->name, l->busy_s,
+    fmt::print("  {:<16} {:>10}   {:>9.1f}%   {}\n", l->name, human_seconds(l->busy_s),
                100.0 * static_cast<double>(l->bytes) / (l->bandwidth * r.sim.time_s),
                human_bytes(static_cast<double>(l->bytes)));
 }
@@ -166,8 +167,11 @@ void add_simulate_verb(CLI::App& app) {
   verb->add_option("--cluster", o->cluster_file,
                    "Cluster JSON (docs/json.md); its keys replace the layout's cluster");
   verb->add_option("--nics-per-host", o->nics_per_host,
-                   "NICs per host, each at --nic-gbps; devices spread evenly over them");
-  verb->add_option("--top", o->top, "Busiest links to list")->capture_default_str();
+                   "NICs per host, each at --nic-gbps; devices spread evenly over them")
+      ->check(in_range(1, 1024));
+  verb->add_option("--top", o->top, "Busiest links to list")
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->add_option("--trace", o->trace_file,
                    "Write a Chrome/Perfetto trace: a track per device, a counter per NIC");

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "cli_errors.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/version.h"
 #include "verbs.h"
@@ -49,9 +50,11 @@ void add_tasks_verb(CLI::App& app) {
   auto options = std::make_shared<TasksOptions>();
   auto* verb = app.add_subcommand("tasks", "Decompose a resharding into unit tasks");
   add_layout_options(*verb, options->layout);
-  verb->add_flag("--json", options->json, "Print the JSON document (docs/json.md)");
+  auto* json = verb->add_flag("--json", options->json, "Print the JSON document (docs/json.md)");
   verb->add_option("--limit", options->limit, "Tasks to list in the text output")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0))
+      ->excludes(json);
   verb->callback([options] {
     const Resharding problem = make_resharding(options->layout);
     const auto tasks = decompose(problem);

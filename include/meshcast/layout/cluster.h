@@ -15,7 +15,7 @@ using DeviceId = int;
 inline constexpr int64_t kMaxDevices = int64_t{1} << 22;
 inline constexpr int kMaxNicsPerHost = 1024;
 
-// The uniform cluster of DESIGN.md. Bandwidths are bytes per second in each direction.
+// The uniform cluster of docs/concepts.md. Bandwidths are bytes per second in each direction.
 // A host may have several NICs (e.g. 8 GPUs with 4 NICs): `nic_bandwidth` is one NIC's, and each
 // device sends and receives through one NIC of its host (nic_of). Optional per-host overrides
 // make a cluster heterogeneous: when `host_nic_bandwidth` (or `host_nics`) is non-empty it has one

@@ -1,4 +1,5 @@
-// Mesh: an N-D row-major array of distinct device ids, with DESIGN.md's default host placement.
+// Mesh: an N-D row-major array of distinct device ids, with the default host placement of
+// docs/concepts.md.
 #pragma once
 
 #include <cstdint>

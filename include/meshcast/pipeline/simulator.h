@@ -66,9 +66,13 @@ struct TransferSpan {
 };
 
 struct StageReport {
-  double busy_s = 0;       // computing
-  double comm_wait_s = 0;  // stream waiting at receives or blocked by its sends
-  double idle_s = 0;       // makespan - busy_s (includes comm_wait_s)
+  double busy_s = 0;  // computing
+  // Stream blocked on transfers: a received message already produced but still in flight, or
+  // (without overlap) its own sends. Zero when transfers take no time.
+  double transfer_wait_s = 0;
+  // Stream waiting at a receive for data its sender had not produced yet: the bubble.
+  double dependency_wait_s = 0;
+  double idle_s = 0;       // makespan - busy_s (includes both waits and the stage's start and end)
   int peak_in_flight = 0;  // microbatch-chunks whose activations are held at the peak
   double peak_activation_bytes = 0;
 };

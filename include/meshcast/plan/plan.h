@@ -45,7 +45,7 @@ struct Plan {
   Batch batch;  // a single tensor is a batch of one
   Strategy strategy = Strategy::broadcast;
   Balance balance = Balance::order;
-  std::vector<Op> ops;  // in execution order (DESIGN.md)
+  std::vector<Op> ops;  // in execution order (docs/concepts.md)
   double lower_bound_s = 0;
   int64_t network_bytes = 0;  // bytes that cross a host NIC
 

@@ -28,6 +28,10 @@ struct TileBuffers {
   std::vector<std::byte> dst;
 };
 
+// Bytes of the source and destination tiles of `devices` over every tensor of `batch`: what
+// allocate_tile_buffers allocates for them.
+int64_t tile_bytes(const Batch& batch, const std::vector<DeviceId>& devices);
+
 // Buffers sized for the tiles of each of `devices` (zero-filled): one per (device, tensor) whose
 // source or destination mesh holds the device, device-major.
 std::vector<TileBuffers> allocate_tile_buffers(const Batch& batch,

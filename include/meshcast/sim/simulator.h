@@ -48,8 +48,8 @@ struct SimResult {
 };
 
 // Plays `plan` on plan.batch.cluster, or on `cluster` (whose devices must include every device
-// the plan names). Execution semantics of DESIGN.md: each device takes part in its ops in plan
-// order and an op starts when all its participants have finished their earlier ops. Throws
+// the plan names). Execution semantics of docs/concepts.md: each device takes part in its ops in
+// plan order and an op starts when all its participants have finished their earlier ops. Throws
 // InvalidArgument naming the op when an op is malformed or names a device outside the cluster.
 SimResult simulate(const Plan& plan);
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options = {});

@@ -22,9 +22,9 @@ struct BenchCase {
   Resharding problem;
 };
 
-// The paper's cases (PAPER.md), all or those numbered in `numbers`.
+// The paper's cases (docs/paper-cases.md), all or those numbered in `numbers`.
 std::vector<BenchCase> paper_suite(const std::vector<int>& numbers);
-// PAPER.md's single-sender cases: one device broadcasts an int32 vector to (hosts, devices)
+// the paper's single-sender cases: one device broadcasts an int32 vector to (hosts, devices)
 // meshes, at 1 GiB and at 1, 16 and 64 MB.
 std::vector<BenchCase> single_sender_suite();
 // `count` random (hosts, devices) -> (hosts, devices) reshardings of a 512 MiB 3-D int32 tensor
@@ -76,25 +76,42 @@ struct BenchRow {
   // local/mpi: the simulator's time for the same plan on the case's cluster, on the leader
   // (0 with the sim backend, whose time is the prediction).
   double predicted_s = 0;
+  double bus_bytes = 0;  // the most bytes one host must take in over its NICs (host_in_bytes)
 
   double ratio() const { return time_s / lower_bound_s; }
   double measured_over_predicted() const { return time_s / predicted_s; }
-  // Tensor bits over time, as PAPER.md reports it.
+  // Tensor bits over time, as the paper reports it (docs/results.md).
   double effective_gbps() const;
+  // nccl-tests' figures, in GB/s (1e9 B/s): algbw = tensor bytes / time, busbw = bus_bytes /
+  // time (comparable with one NIC's bandwidth: equal to it when the busiest receiving host's
+  // NIC carries only what it must, all the time).
+  double algbw_gbs() const { return static_cast<double>(tensor_bytes) / time_s / 1e9; }
+  double busbw_gbs() const { return bus_bytes / time_s / 1e9; }
 };
 
 // Plans `bench_case` with `choice` and times it on `backend`: the one place a row's time is
 // obtained. With an executor the plan is made on its leader and played for real: the time is
 // the median of `measure`'s iterations, the leader simulates the same plan for predicted_s, and
 // a failed verification throws std::runtime_error.
+// With an executor, the plan is refused before any byte moves when its tiles need more than
+// `max_memory` bytes on this machine (0: the memory available; check_tile_memory).
 BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
                      std::string_view backend, Executor* executor = nullptr,
-                     const MeasureOptions& measure = {});
+                     const MeasureOptions& measure = {}, int64_t max_memory = 0);
 
 // The plan `make` returns on the leader, on every process: all ranks must play the same ops, even
 // ranks built differently (another compiler or libm may round the cost model differently). An
 // error the leader meets is thrown on every process.
 Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make);
+
+// Throws InvalidArgument when the tile buffers of the processes on this machine would need more
+// than `max_memory` bytes (0: the memory this machine has available, MemAvailable or the cgroup's
+// limit if lower), saying how much they need and how to shrink it (`shrink`: the options that
+// make tensors smaller). The local backend holds every device's tiles; under mpi a rank holds its
+// device's, and the ranks on this machine are counted (Open MPI's local size). Call it inside
+// plan_on_leader's `make`, so that every rank stops before a byte is allocated.
+void check_tile_memory(const Batch& batch, std::string_view backend, int64_t max_memory,
+                       std::string_view shrink);
 
 // Grows `problem`'s cluster with idle hosts to exactly `devices` devices. Returns why it cannot
 // (more devices than that, or a count that is not a multiple of the devices per host).

@@ -1,4 +1,5 @@
-// The microbenchmark cases of the paper (PAPER.md), as reshardings on the paper's cluster.
+// The microbenchmark cases of the paper (docs/paper-cases.md), as reshardings on the paper's
+// cluster.
 #pragma once
 
 #include <string>
@@ -9,7 +10,7 @@
 namespace meshcast {
 
 struct PaperCase {
-  int number = 0;  // 1..8 as in PAPER.md
+  int number = 0;  // 1..8 as in docs/paper-cases.md
   std::string description;
   Resharding problem;
 };

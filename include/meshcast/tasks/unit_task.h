@@ -1,4 +1,5 @@
-// Unit-task decomposition of one resharding (DESIGN.md): per-dimension interval intersection.
+// Unit-task decomposition of one resharding (docs/concepts.md): per-dimension interval
+// intersection.
 #pragma once
 
 #include <cstdint>

@@ -236,7 +236,8 @@ class LocalPlan final : public CompiledPlan {
     }
   }
 
-  // Op k waits for the previous op of each of its participants (DESIGN.md's order).
+  // Op k waits for the previous op of each of its participants (the plan order of
+  // docs/concepts.md).
   void build_dependencies(const Plan& plan, const Placement& placement) {
     const int ops = static_cast<int>(plan.ops.size());
     initial_deps_.assign(ops, 0);

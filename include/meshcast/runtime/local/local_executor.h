@@ -14,7 +14,7 @@ struct LocalOptions {
   int64_t split_bytes = 1 << 20;  // copies above this are cut into pieces the workers share
 };
 
-// Devices take part in their ops in plan order (DESIGN.md): an op becomes ready when every
+// Devices take part in their ops in plan order (docs/concepts.md): an op becomes ready when every
 // participant's previous op is complete, and its copies (each receiver pulls the slice from
 // where the sender holds it) then run on any free worker. Throws InvalidArgument on options
 // out of range.
