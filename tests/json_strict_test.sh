@@ -79,7 +79,7 @@ reader "$CONFIGS/gpt-2.6b-pp2.json" "pipeline config" "" cluster stages.0 edges.
 reader "$CONFIGS/u-transformer.json" "pipeline config" edges.0 -- "$MESHCAST" pipeline --config @
 
 # Required keys: dropping one names it.
-for key in ops strategy tensors; do
+for key in ops strategy cluster; do
   mutate "$work/plan.json" "$work/bad.json" "" $key drop
   expect_refusal "plan without $key" $key "$MESHCAST" plan --check "$work/bad.json"
 done
