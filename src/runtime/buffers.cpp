@@ -28,9 +28,9 @@ bool in_meshes(const TensorResharding& t, DeviceId device) {
 // is never written differs from the pattern whatever its value and dtype.
 void fill_poison(const Box& box, const std::vector<int64_t>& shape, int elem_size,
                  std::span<std::byte> buffer) {
-  for_each_element(box, shape, elem_size, [&](int64_t g, int64_t offset) {
+  for_each_tile_element(box, shape, [&](int64_t g, int64_t position) {
     const uint64_t v = ~pattern_value(g);
-    std::memcpy(buffer.data() + offset, &v, elem_size);
+    std::memcpy(buffer.data() + position * elem_size, &v, elem_size);
   });
 }
 
