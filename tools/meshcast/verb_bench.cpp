@@ -245,10 +245,10 @@ void run_weights(const BenchOptions& o) {
         "gather_broadcast baselines deliver more than each device's slice, which the executors "
         "cannot play yet)",
         o.backend));
-  if (!o.cases.empty() || !o.strategies.empty() || o.scale)
+  if (!o.cases.empty() || !o.strategies.empty() || o.grow)
     throw InvalidArgument(
         "--suite weights runs every model with every method: expected no --cases, --strategies "
-        "or --scale");
+        "or --grow");
   const auto suite = weights_suite();
   const auto methods = all_weights_methods();
   std::vector<WeightsRow> rows;
