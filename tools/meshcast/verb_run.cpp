@@ -98,6 +98,8 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
                       {"warmup", o.measure.warmup},
                       {"times_s", r.m.times_s},
                       {"median_s", r.m.median_s},
+                      {"wall_times_s", r.m.wall_times_s},
+                      {"wall_median_s", r.m.wall_median_s},
                       {"effective_gbps", r.effective_gbps()},
                       {"predicted_s", r.predicted_s},
                       {"predicted_cluster", cluster_to_json(r.predicted_on)},

@@ -18,6 +18,11 @@ struct MeasureOptions {
 struct Measurement {
   std::vector<double> times_s;  // per measured iteration: the slowest process's time
   double median_s = 0;
+  // per measured iteration: wall-clock seconds around CompiledPlan::run on the calling thread
+  // (the slowest process's), which adds to times_s the caller's wake-up once the workers finish:
+  // what any caller of run() pays, and what a Python caller's timer around Resharder.run sees.
+  std::vector<double> wall_times_s;
+  double wall_median_s = 0;
   bool verified = false;  // verification ran and every destination element was right
   int64_t errors = 0;     // wrong destination elements over all processes (0 unless verified)
   int64_t checked = 0;    // destination elements checked over all processes
