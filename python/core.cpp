@@ -14,6 +14,7 @@
 #include "meshcast/error.h"
 #include "meshcast/layout/layout.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/plan/validate.h"
 #include "meshcast/runtime/buffers.h"
@@ -503,8 +504,8 @@ PYBIND11_MODULE(_core, m) {
           [](const std::string& text) {
             nlohmann::json j;
             try {
-              j = nlohmann::json::parse(text);
-            } catch (const nlohmann::json::exception& e) {
+              j = parse_json(text);
+            } catch (const ParseError& e) {
               throw ParseError(fmt::format("plan document is not JSON: {}", e.what()));
             }
             Plan plan = plan_from_json(j);

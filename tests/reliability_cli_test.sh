@@ -40,5 +40,18 @@ trap 'rm -rf "$TMP"' EXIT
 echo '{"hosts": 1, "devices_per_host": 2}' >"$TMP/small-cluster.json"
 check run-cluster-too-small 2 "cluster file '.*' does not fit the plan: .*device 2" -- "$MESHCAST" run --shape 8 --src-mesh 2 --src-spec S0 --dst-spec R --cluster "$TMP/small-cluster.json" --iters 1 --warmup 0
 
+# Deeply nested documents: refused while parsing (every reader parses through one bounded
+# parser), and no error message prints a user value recursively.
+/usr/bin/python3 -c 'print("[" * 100000 + "]" * 100000)' >"$TMP/deep.json"
+/usr/bin/python3 -c 'print("{\"order\":" + "[" * 100000 + "]" * 100000 + "}")' >"$TMP/deep-schedule.json"
+/usr/bin/python3 -c 'print("{\"mesh\":" * 100000 + "0" + "}" * 100000)' >"$TMP/deep-object.json"
+/usr/bin/python3 -c 'print("{\"order\": [[" + "[" * 30 + "]" * 30 + "]]}")' >"$TMP/deep-step.json"
+check deep-plan 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" plan --check "$TMP/deep.json"
+check deep-plan-object 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" plan --check "$TMP/deep-object.json"
+check deep-schedule 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" schedule --check "$TMP/deep-schedule.json"
+check deep-config 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" pipeline --config "$TMP/deep-object.json"
+check deep-cluster 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" simulate --shape 8 --src-mesh 2 --src-spec S0 --dst-spec R --cluster "$TMP/deep-object.json"
+check deep-value-excerpt 2 "an array of 1 items" -- timeout 120 "$MESHCAST" schedule --check "$TMP/deep-step.json"
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -19,7 +19,7 @@ using nlohmann::json;
 double number(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_number())
     throw ParseError(fmt::format("{}: \"{}\" {}: expected a number", where, key,
-                                 j.contains(key) ? j[key].dump() : "is missing"));
+                                 j.contains(key) ? json_excerpt(j[key]) : "is missing"));
   const double v = j[key].get<double>();
   if (!std::isfinite(v) || v < 0)
     throw InvalidArgument(fmt::format("{}: bad \"{}\" {}: expected a number >= 0", where, key, v));
@@ -29,7 +29,7 @@ double number(const json& j, const char* key, const std::string& where) {
 std::string text(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_string())
     throw ParseError(fmt::format("{}: \"{}\" {}: expected a string", where, key,
-                                 j.contains(key) ? j[key].dump() : "is missing"));
+                                 j.contains(key) ? json_excerpt(j[key]) : "is missing"));
   return j[key].get<std::string>();
 }
 
@@ -43,7 +43,7 @@ double positive(const json& j, const char* key, const std::string& where) {
 int integer(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_number_integer())
     throw ParseError(fmt::format("{}: \"{}\" {}: expected an integer", where, key,
-                                 j.contains(key) ? j[key].dump() : "is missing"));
+                                 j.contains(key) ? json_excerpt(j[key]) : "is missing"));
   return j[key].get<int>();
 }
 
@@ -70,11 +70,11 @@ ModelStage stage_from_json(const json& j, int index, const Cluster& cluster,
   if (j.contains("devices")) {
     if (!j["devices"].is_array())
       throw ParseError(fmt::format("{}: \"devices\" {}: expected an array of device ids", where,
-                                   j["devices"].dump()));
+                                   json_excerpt(j["devices"])));
     std::vector<DeviceId> devices;
     for (const auto& d : j["devices"]) {
       if (!d.is_number_integer())
-        throw ParseError(fmt::format("{}: device {}: expected an integer", where, d.dump()));
+        throw ParseError(fmt::format("{}: device {}: expected an integer", where, json_excerpt(d)));
       devices.push_back(d.get<int>());
     }
     st.mesh = Mesh(shape, devices);
@@ -108,11 +108,12 @@ ModelEdge edge_from_json(const json& j, int index) {
         throw ParseError(
             fmt::format("{}: tensor {}: expected {{\"shape\": [..], \"dtype\", "
                         "\"src_spec\", \"dst_spec\"}}",
-                        where, t.dump()));
+                        where, json_excerpt(t)));
       EdgeTensor et;
       for (const auto& d : t["shape"]) {
         if (!d.is_number_integer())
-          throw ParseError(fmt::format("{}: shape entry {}: expected an integer", where, d.dump()));
+          throw ParseError(
+              fmt::format("{}: shape entry {}: expected an integer", where, json_excerpt(d)));
         et.tensor.shape.push_back(d.get<int64_t>());
       }
       et.tensor.dtype = parse_dtype(t.contains("dtype") ? text(t, "dtype", where) : "float32");

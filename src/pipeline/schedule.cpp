@@ -278,12 +278,13 @@ Schedule schedule_from_json(const nlohmann::json& j) {
   std::vector<std::vector<Step>> order;
   for (const auto& row : j["order"]) {
     if (!row.is_array())
-      throw ParseError(fmt::format("bad schedule row {}: expected an array of steps", row.dump()));
+      throw ParseError(
+          fmt::format("bad schedule row {}: expected an array of steps", json_excerpt(row)));
     std::vector<Step> steps;
     for (const auto& word : row) {
       if (!word.is_string())
         throw ParseError(fmt::format("stage {} step {}: bad step {}: expected a string like \"F3\"",
-                                     order.size(), steps.size(), word.dump()));
+                                     order.size(), steps.size(), json_excerpt(word)));
       steps.push_back(parse_step_of_stage(word.get<std::string>(), order.size(), steps.size()));
     }
     order.push_back(std::move(steps));
@@ -296,7 +297,7 @@ Schedule schedule_from_json(const nlohmann::json& j) {
     if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
         value.get<int64_t>() > std::numeric_limits<int>::max())
       throw ParseError(fmt::format("bad \"{}\": {}: expected an integer in 1..{}", key,
-                                   value.dump(), std::numeric_limits<int>::max()));
+                                   json_excerpt(value), std::numeric_limits<int>::max()));
     *field = static_cast<int>(value.get<int64_t>());
   }
   // Checked before anything (a validation, a lowering) is sized by them.

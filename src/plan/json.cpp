@@ -23,7 +23,7 @@ using nlohmann::json;
 template <typename T>
 T integer_as(const json& j, std::string_view what) {
   const auto fail = [&] {
-    return ParseError(fmt::format("{} is {}: expected an integer in {}..{}", what, j.dump(),
+    return ParseError(fmt::format("{} is {}: expected an integer in {}..{}", what, json_excerpt(j),
                                   std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
   };
   if (j.is_number_unsigned()) {
@@ -261,14 +261,14 @@ json box_to_json(const Box& box) {
 
 Box box_from_json(const json& j) {
   if (!j.is_array())
-    throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", j.dump()));
+    throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", json_excerpt(j)));
   if (j.size() > static_cast<size_t>(kMaxRank))
-    throw ParseError(fmt::format("bad slice {}: {} dimensions, expected at most {}", j.dump(),
-                                 j.size(), kMaxRank));
+    throw ParseError(fmt::format("bad slice {}: {} dimensions, expected at most {}",
+                                 json_excerpt(j), j.size(), kMaxRank));
   Box box;
   for (const auto& d : j) {
     if (!d.is_array() || d.size() != 2 || !d[0].is_number_integer() || !d[1].is_number_integer())
-      throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", j.dump()));
+      throw ParseError(fmt::format("bad slice {}: expected [[lo,hi],...]", json_excerpt(j)));
     box.dims.push_back({d[0].get<int64_t>(), d[1].get<int64_t>()});
   }
   return box;

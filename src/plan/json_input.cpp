@@ -28,7 +28,48 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return d[a.size()][b.size()];
 }
 
+// Depth of `j`, counting no further than `limit` levels.
+int depth_up_to(const nlohmann::json& j, int limit) {
+  if (!j.is_structured() || limit == 0) return 0;
+  int deepest = 0;
+  for (const auto& item : j) deepest = std::max(deepest, depth_up_to(item, limit - 1));
+  return deepest + 1;
+}
+
+nlohmann::json parse_bounded(auto&& input) {
+  const nlohmann::json::parser_callback_t bound_depth = [](int depth, nlohmann::json::parse_event_t,
+                                                           nlohmann::json&) {
+    if (depth > kMaxJsonDepth)
+      throw ParseError(fmt::format("JSON nested more than {} levels deep", kMaxJsonDepth));
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(std::forward<decltype(input)>(input), bound_depth);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError(e.what());
+  }
+}
+
 }  // namespace
+
+nlohmann::json parse_json(std::string_view text) {
+  return parse_bounded(text);
+}
+
+nlohmann::json parse_json(std::istream& in) {
+  return parse_bounded(in);
+}
+
+std::string json_excerpt(const nlohmann::json& j) {
+  constexpr int kShownDepth = 4;
+  constexpr size_t kShownChars = 80;
+  if (depth_up_to(j, kShownDepth + 1) > kShownDepth)
+    return j.is_array() ? fmt::format("an array of {} items", j.size())
+                        : fmt::format("an object of {} keys", j.size());
+  std::string text = j.dump();
+  if (text.size() > kShownChars) text = text.substr(0, kShownChars) + "...";
+  return text;
+}
 
 std::string closest_name(std::string_view word, const std::vector<std::string>& candidates) {
   std::string best;
@@ -71,8 +112,8 @@ nlohmann::json read_json_file(const std::string& path, std::string_view what) {
         fmt::format("cannot read {} file '{}': {}", what, path,
                     std::filesystem::exists(path) ? "not readable" : "no such file"));
   try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
+    return parse_json(in);
+  } catch (const ParseError& e) {
     throw ParseError(fmt::format("{} file '{}' is not JSON: {}", what, path, e.what()));
   }
 }

@@ -14,6 +14,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/plan/json_input.h"
 #include "meshcast/plan/lower_bound.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/sim/simulator.h"
@@ -332,7 +333,7 @@ Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make) {
   }
   text = executor.share_from_leader(std::move(text));
   if (text.starts_with('!')) throw InvalidArgument(text.substr(1));
-  return plan_from_json(nlohmann::json::parse(text));
+  return plan_from_json(parse_json(text));
 }
 
 std::optional<std::string> fit_cluster(Resharding& problem, int devices) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <initializer_list>
+#include <istream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,9 +26,24 @@ void check_keys(const nlohmann::json& object, std::string_view where,
                 std::initializer_list<std::string_view> required,
                 std::initializer_list<std::string_view> optional = {});
 
+// Documents nest at most this deep (a plan nests 6 levels). Deeper input is refused while it is
+// parsed: reading, copying or printing it recursively could exhaust the stack.
+inline constexpr int kMaxJsonDepth = 32;
+
+// One JSON document of at most kMaxJsonDepth levels. Throws ParseError with the parser's
+// message, or naming the depth, on malformed or too deeply nested input. Every reader of user
+// JSON (files, Python strings) parses through here.
+nlohmann::json parse_json(std::string_view text);
+nlohmann::json parse_json(std::istream& in);
+
+// A bounded rendering of a user value for error messages: shallow values as JSON cut at 80
+// characters, deeper ones as "an array of N items" / "an object of N keys".
+std::string json_excerpt(const nlohmann::json& j);
+
 // The JSON document in the file `path`, described as `what` ("cluster", "plan") in messages:
 // InvalidArgument "cannot read <what> file '<path>': no such file" (or "not readable") when it
-// cannot be opened, ParseError "<what> file '<path>' is not JSON: ..." when it is malformed.
+// cannot be opened, ParseError "<what> file '<path>' is not JSON: ..." when it is malformed or
+// nested more than kMaxJsonDepth levels.
 nlohmann::json read_json_file(const std::string& path, std::string_view what);
 
 }  // namespace meshcast
