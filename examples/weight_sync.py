@@ -1,7 +1,8 @@
-"""Weight sync from a trainer to serving replicas: a small transformer-like torch model trains a
-few steps on a trainer mesh with Megatron-style tensor-parallel shards; after every optimizer step
-its weights are resharded to two serving replicas with a different layout, and every replica's
-shards are checked bit for bit against the trainer's weights.
+"""Weight sync from a trainer to serving replicas: a small llama-like torch model trains a few
+steps; its trainer and serving layouts are the ones `meshcast model` generates (mc.model_batch,
+docs/models.md): trainer tp=2 x dp=2 on devices 0-3, two serving replicas of tp=2 on devices 4-7.
+After every optimizer step all its weights move trainer shards -> serving replicas with one joint
+plan, and every replica's shards are checked bit for bit against the trainer's weights.
 
   PYTHONPATH=build/python /usr/bin/python3 examples/weight_sync.py           # all 8 devices here
   mpirun -np 8 /usr/bin/python3 examples/weight_sync.py                      # one rank per device
@@ -11,54 +12,80 @@ from torch import nn
 
 import meshcast as mc
 
-STEPS, VOCAB, D, LAYERS = 3, 64, 32, 2
+STEPS = 3
+# A tiny llama: grouped-query attention (4 heads, 2 key-value heads), SwiGLU MLP, RMSNorm.
+CONFIG = dict(arch="llama", hidden=32, layers=2, heads=4, kv_heads=2, ffn=64, vocab=64,
+              dtype="float32")
+TRAIN, SERVE = "tp=2,dp=2", "tp=2,replicas=2"
 
 
-class Block(nn.Module):
-    def __init__(self):
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
         super().__init__()
-        self.norm = nn.LayerNorm(D)
-        self.qkv = nn.Linear(D, 3 * D, bias=False)    # column-parallel
-        self.proj = nn.Linear(D, D, bias=False)       # row-parallel
-        self.up = nn.Linear(D, 4 * D, bias=False)     # column-parallel
-        self.down = nn.Linear(4 * D, D, bias=False)   # row-parallel
+        self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
-        attention = torch.softmax(q @ k.transpose(-1, -2) / D ** 0.5, dim=-1) @ v
-        x = x + self.proj(attention)
-        return x + self.down(torch.relu(self.up(x)))
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
-class Model(nn.Module):
-    def __init__(self):
+class Attention(nn.Module):
+    def __init__(self, hidden, heads, kv_heads):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, D)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.head = nn.Linear(D, VOCAB, bias=False)
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)       # column-parallel
+        self.k = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)    # column-parallel
+        self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)    # column-parallel
+        self.o = nn.Linear(heads * self.head_dim, hidden, bias=False)       # row-parallel
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k, v = (p(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+                .repeat_interleave(self.heads // self.kv_heads, dim=1) for p in (self.k, self.v))
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        scores = (q @ k.transpose(-1, -2) / self.head_dim ** 0.5).masked_fill(~causal, -1e9)
+        return self.o((torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden, ffn):
+        super().__init__()
+        self.gate = nn.Linear(hidden, ffn, bias=False)  # column-parallel
+        self.up = nn.Linear(hidden, ffn, bias=False)    # column-parallel
+        self.down = nn.Linear(ffn, hidden, bias=False)  # row-parallel
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.attn_norm = RMSNorm(c["hidden"])
+        self.attn = Attention(c["hidden"], c["heads"], c["kv_heads"])
+        self.mlp_norm = RMSNorm(c["hidden"])
+        self.mlp = MLP(c["hidden"], c["ffn"])
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    """Parameter names and shapes as docs/models.md lists them for arch llama."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.embed = nn.Embedding(c["vocab"], c["hidden"])
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c["layers"]))
+        self.norm = RMSNorm(c["hidden"])
+        self.head = nn.Linear(c["hidden"], c["vocab"], bias=False)
 
     def forward(self, tokens):
         x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-# Trainer: devices 0-3 as dp x tp = 2 x 2 (JAX words). Serving: devices 4-7, two replicas of
-# tp = 2, each weight split along its other dimension (DTensor words).
-trainer_mesh = mc.Mesh([2, 2], range(0, 4), axis_names=("dp", "tp"))
-serving_mesh = mc.Mesh([2, 2], range(4, 8), axis_names=("replica", "tp"))
-
-
-def layouts(name):
-    """(trainer, serving) layouts of a parameter, by its class."""
-    if name.endswith(("qkv.weight", "up.weight", "head.weight")):     # [out, in]: split out
-        return mc.P("tp", None), [mc.Replicate(), mc.Shard(1)]
-    if name.endswith(("proj.weight", "down.weight")):                 # [out, in]: split in
-        return mc.P(None, "tp"), [mc.Replicate(), mc.Shard(0)]
-    if name.endswith("embed.weight"):                                 # [vocab, d]: split vocab
-        return mc.P("tp", None), [mc.Replicate(), mc.Shard(1)]
-    return mc.P(None), [mc.Replicate(), mc.Replicate()]               # norms: replicated
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
 
 
 def main():
@@ -70,45 +97,48 @@ def main():
     rank = comm.Get_rank()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # every rank computes the same weights, bit for bit
-    model = Model()
+    model = Llama(CONFIG)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    cluster = mc.Cluster(hosts=2, devices_per_host=4)
+    params = dict(model.named_parameters())
 
-    # One compiled Resharder per parameter, made once and reused after every step.
-    syncs = {}
-    for name, p in model.named_parameters():
-        train_spec, serve_spec = layouts(name)
-        src, dst = mc.Layout(trainer_mesh, train_spec), mc.Layout(serving_mesh, serve_spec)
-        plan = mc.plan(shape=tuple(p.shape), dtype="float32", src=src, dst=dst, cluster=cluster)
-        backend = dict(backend="mpi", comm=comm) if under_mpi else dict(backend="local")
-        syncs[name] = (src, dst, mc.Resharder(plan, **backend))
+    # The layouts `meshcast model` writes for this config; the torch model must match them.
+    batch = mc.model_batch(**CONFIG, train=TRAIN, serve=SERVE,
+                           cluster=mc.Cluster(hosts=1, devices_per_host=4))
+    assert list(batch.tensors) == list(params), "the torch model's parameters differ from the batch"
+    for name, (shape, _, _, _) in batch.tensors.items():
+        assert shape == tuple(params[name].shape), f"{name}: {shape} vs {tuple(params[name].shape)}"
+
+    # One joint plan of every parameter, compiled once and reused after every step.
+    plan = mc.plan(batch.tensors, cluster=batch.cluster)
+    backend = dict(backend="mpi", comm=comm) if under_mpi else dict(backend="local")
+    resharder = mc.Resharder(plan, **backend)
+    here = set(resharder.devices)
     # The serving replicas' weights, written in place by every sync.
-    serving = {name: {d: torch.empty(t.shape) for d, t in mc.shard(p.detach(), dst).items()
-                      if not under_mpi or d == rank}
-               for name, p in model.named_parameters() for _, dst, _ in [syncs[name]]}
+    serving = {name: {d: torch.empty(t.shape) for d, t in mc.shard(params[name].detach(), dst).items()
+                      if d in here}
+               for name, (_, _, _, dst) in batch.tensors.items()}
 
-    tokens = torch.randint(0, VOCAB, (4, 16))
+    tokens = torch.randint(0, CONFIG["vocab"], (4, 16))
     for step in range(STEPS):
-        loss = nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+        logits = model(tokens[:, :-1])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        # The trainer's shards of every weight (this rank's only, under MPI), one joint run.
+        trainer = {name: {d: t for d, t in mc.shard(params[name].detach(), src).items() if d in here}
+                   for name, (_, _, src, _) in batch.tensors.items()}
+        resharder.run(trainer, serving)
         checked = 0
-        for name, p in model.named_parameters():
-            src, dst, resharder = syncs[name]
-            weights = p.detach()
-            shards = mc.shard(weights, src)  # the trainer's tensor-parallel shards
-            if under_mpi:
-                shards = {d: t for d, t in shards.items() if d == rank}
-            resharder.run(shards, serving[name])
-            want = mc.shard(weights, dst)
+        for name, (_, _, _, dst) in batch.tensors.items():
+            want = mc.shard(params[name].detach(), dst)
             for d, t in serving[name].items():
                 assert torch.equal(t, want[d]), f"step {step}: {name} on device {d} differs"
                 checked += t.numel()
         checked = comm.allreduce(checked) if under_mpi else checked
         if rank == 0:
-            print(f"step {step}: loss {loss.item():.4f}, {len(syncs)} weights synced to 2 "
-                  f"serving replicas, {checked} elements checked bit for bit")
+            print(f"step {step}: loss {loss.item():.4f}, {len(batch.tensors)} weights synced to 2 "
+                  f"serving replicas in one plan, {checked} elements checked bit for bit")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 #include "meshcast/runtime/executor.h"
 #include "meshcast/runtime/local/local_executor.h"
 #include "meshcast/sim/simulator.h"
+#include "meshcast/suites/model.h"
 #ifdef MESHCAST_PYTHON_WITH_MPI
 #include "meshcast/runtime/mpi/mpi_executor.h"
 #endif
@@ -139,6 +140,37 @@ Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle
   if (search_effort < 0)
     throw InvalidArgument(fmt::format("bad search_effort {}: expected >= 0", search_effort));
   return batched ? make_plan(batch, options) : make_plan(batch.resharding(0), options);
+}
+
+// A library Layout as mc.Layout's parts: (mesh shape, mesh devices, Alpa spec).
+py::tuple layout_parts(const Layout& layout) {
+  return py::make_tuple(layout.mesh.shape(), layout.mesh.devices(), layout.spec.to_string());
+}
+
+// mc.model_batch: model_batch's tensors as (name, shape, dtype, src parts, dst parts) and the
+// host count of the cluster both sides need.
+py::tuple model_batch_parts(const std::string& arch, int64_t hidden, int64_t layers, int64_t heads,
+                            int64_t kv_heads, int64_t ffn, int64_t vocab, int64_t positions,
+                            const std::string& dtype, const std::string& train,
+                            const std::string& serve, const py::handle& cluster) {
+  ModelConfig config{.arch = parse_model_arch(arch),
+                     .hidden = hidden,
+                     .layers = layers,
+                     .heads = heads,
+                     .kv_heads = kv_heads,
+                     .ffn = ffn,
+                     .vocab = vocab,
+                     .positions = positions,
+                     .dtype = parse_dtype(dtype)};
+  config.validate();
+  const Batch batch =
+      model_batch(config, parse_model_parallelism(train, "dp", "train"),
+                  parse_model_parallelism(serve, "replicas", "serve"), to_cluster(cluster));
+  py::list tensors;
+  for (const TensorResharding& t : batch.tensors)
+    tensors.append(py::make_tuple(t.name, t.tensor.shape, std::string(to_string(t.tensor.dtype)),
+                                  layout_parts(t.src), layout_parts(t.dst)));
+  return py::make_tuple(tensors, batch.cluster.hosts);
 }
 
 py::dict op_to_dict(const Op& op) {
@@ -453,6 +485,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &plan, py::arg("tensors"), py::arg("batched"), py::arg("cluster"),
         py::arg("strategy"), py::arg("balance"), py::arg("split"), py::arg("chunk_bytes"),
         py::arg("search_effort"));
+  m.def("model_batch", &model_batch_parts, py::arg("arch"), py::arg("hidden"), py::arg("layers"),
+        py::arg("heads"), py::arg("kv_heads"), py::arg("ffn"), py::arg("vocab"),
+        py::arg("positions"), py::arg("dtype"), py::arg("train"), py::arg("serve"),
+        py::arg("cluster"));
 
   py::class_<LinkStats>(m, "Link")
       .def_readonly("name", &LinkStats::name)

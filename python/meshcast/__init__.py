@@ -10,7 +10,7 @@ from meshcast import _core
 from meshcast._core import Simulation, Link  # noqa: F401
 
 __all__ = ["Cluster", "Mesh", "Layout", "P", "Shard", "Replicate", "Plan", "plan", "Resharder",
-           "shard", "unshard", "Simulation", "Link"]
+           "shard", "unshard", "model_batch", "ModelBatch", "Simulation", "Link"]
 
 
 class Cluster:
@@ -141,6 +141,40 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
     return _core.plan([(n, list(sh), str(dt), s_, d_) for n, sh, dt, s_, d_ in entries],
                       tensors is not None, cluster, strategy, balance, split, chunk_bytes,
                       search_effort)
+
+
+class ModelBatch:
+    """A model's weight sync as mc.plan takes it: `tensors` = {name: (shape, dtype, src, dst)}
+    in the model's parameter order, on `cluster` (the hosts both sides need)."""
+
+    def __init__(self, tensors, cluster):
+        self.tensors = tensors
+        self.cluster = cluster
+
+    def __repr__(self):
+        return f"ModelBatch({len(self.tensors)} tensors, {self.cluster!r})"
+
+
+def model_batch(*, arch="llama", hidden, layers, heads, kv_heads=0, ffn, vocab, positions=2048,
+                dtype="bfloat16", train="tp=1", serve="tp=1", cluster):
+    """Every parameter of a llama- or gpt-like model with its trainer and serving layouts, as
+    `meshcast model` writes them (docs/models.md): `train` "tp=T,pp=P,dp=D", `serve`
+    "tp=T,pp=P,replicas=R"; `cluster` gives devices per host and links, its host count is
+    replaced by the hosts both sides need. Plan it with mc.plan(b.tensors, cluster=b.cluster)."""
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster {cluster!r}: expected an mc.Cluster")
+    entries, hosts = _core.model_batch(str(arch), hidden, layers, heads, kv_heads, ffn, vocab,
+                                       positions, str(dtype), str(train), str(serve), cluster)
+
+    def layout(parts):
+        mesh_shape, devices, spec = parts
+        return Layout(Mesh(mesh_shape, devices), spec)
+
+    tensors = {name: (tuple(shape), dtype_, layout(src), layout(dst))
+               for name, shape, dtype_, src, dst in entries}
+    on = Cluster(hosts, cluster.devices_per_host, cluster.nic_gbps, cluster.dev_gbps,
+                 cluster.latency_us, cluster.nics_per_host)
+    return ModelBatch(tensors, on)
 
 
 def _is_torch(value):
