@@ -85,17 +85,27 @@ TEST(ValidatePlanTest, AcceptsForwardingFromAnEarlierReceiver) {
   expect_rejected(plan, "op 0 (send of task 0): sender 2 does not hold [0,4)x[0,4) at that point");
 }
 
-TEST(ValidatePlanTest, AcceptsSplitPartsAndForwardingOfParts) {
+TEST(ValidatePlanTest, AcceptsSplitPartsForwardedInPiecesButNotJoined) {
   Plan plan;
   plan.batch = Batch::of_one(small_problem());
   const Box left{{{0, 4}, {0, 2}}};
   const Box right{{{0, 4}, {2, 4}}};
-  plan.ops = {send(0, 0, left, 0, 2),    send(1, 0, right, 0, 2),   send(2, 0, kTop, 2, 3),
-              send(3, 0, kTop, 3, 4),    send(4, 0, kTop, 4, 5),    send(5, 1, kBottom, 1, 2),
-              send(6, 1, kBottom, 1, 3), send(7, 1, kBottom, 1, 4), send(8, 1, kBottom, 1, 5)};
+  plan.ops = {send(0, 0, left, 0, 2),    send(1, 0, right, 0, 2),   send(2, 0, left, 2, 3),
+              send(3, 0, right, 2, 3),   send(4, 0, kTop, 0, 4),    send(5, 0, kTop, 0, 5),
+              send(6, 1, kBottom, 1, 2), send(7, 1, kBottom, 1, 3), send(8, 1, kBottom, 1, 4),
+              send(9, 1, kBottom, 1, 5)};
   EXPECT_NO_THROW(validate_plan(plan));
+  // Device 2 forwarding the two halves it received as one box: the executors send from one
+  // buffer, so pieces received by separate ops are not joined (the rule place_plan applies).
+  Plan joined = plan;
+  joined.ops.erase(joined.ops.begin() + 3);
+  joined.ops[2] = send(2, 0, kTop, 2, 3);
+  for (int i = 0; i < static_cast<int>(joined.ops.size()); ++i) joined.ops[i].id = i;
+  expect_rejected(joined, "op 2 (send of task 0): sender 2 does not hold [0,4)x[0,4)");
   // Device 2 forwarding the whole top slice after receiving only its left half.
   plan.ops.erase(plan.ops.begin() + 1);
+  plan.ops[1] = send(1, 0, kTop, 2, 3);
+  plan.ops.erase(plan.ops.begin() + 2);
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
   expect_rejected(plan, "op 1 (send of task 0): sender 2 does not hold [0,4)x[0,4)");
 }

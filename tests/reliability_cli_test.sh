@@ -53,5 +53,23 @@ check deep-config 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" pipe
 check deep-cluster 2 "nested more than 32 levels" -- timeout 120 "$MESHCAST" simulate --shape 8 --src-mesh 2 --src-spec S0 --dst-spec R --cluster "$TMP/deep-object.json"
 check deep-value-excerpt 2 "an array of 1 items" -- timeout 120 "$MESHCAST" schedule --check "$TMP/deep-step.json"
 
+# One rule for what a device holds (find_holding, shared by validate_plan and the executors'
+# placement): device 2 receives [0,4) and [4,8) in two sends and then sends [0,8). The pieces
+# are not joined, so plan --check, simulate and run all refuse it with the same message.
+"$MESHCAST" plan --shape 8 --src-mesh 1 --src-spec R --dst-mesh 2 --dst-spec R --strategy send_recv --balance none --json >"$TMP/joined-base.json"
+/usr/bin/python3 - "$TMP/joined-base.json" "$TMP/joined.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+def send(i, lo, hi, sender, receiver):
+    return {"id": i, "kind": "send", "tensor": 0, "task": 0, "slice": [[lo, hi]],
+            "bytes": (hi - lo) * 4, "sender": sender, "receivers": [receiver], "chunk_bytes": 0}
+plan["ops"] = [send(0, 0, 4, 0, 2), send(1, 4, 8, 0, 2), send(2, 0, 8, 2, 3)]
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+JOINED="op 2 \\(send of task 0\\): sender 2 does not hold \\[0,8\\)"
+check joined-box-check 2 "$JOINED" -- timeout 120 "$MESHCAST" plan --check "$TMP/joined.json"
+check joined-box-simulate 2 "$JOINED" -- timeout 120 "$MESHCAST" simulate --plan "$TMP/joined.json"
+check joined-box-run 2 "$JOINED" -- timeout 120 "$MESHCAST" run --plan "$TMP/joined.json" --iters 1 --warmup 0 --verify
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -9,6 +9,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/layout/layout.h"
+#include "meshcast/plan/holdings.h"
 
 namespace meshcast {
 namespace {
@@ -84,8 +85,10 @@ class Checker {
   }
 
   bool holds(DeviceId d, int tensor, int task, const Box& box) {
-    if (const Box* tile = find_tile(src_[tensor], d); tile && tile->contains(box)) return true;
-    return received_volume(d, tensor, task, box) == box.volume();
+    return find_holding(
+               find_tile(src_[tensor], d), received(d, tensor, task),
+               [](const Received& r) -> const Box& { return r.box; }, box)
+        .has_value();
   }
 
   void check_device(const Op& op, DeviceId d, std::string_view role) const {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/holdings.h"
 
 namespace meshcast {
 namespace {
@@ -54,8 +55,8 @@ void check_op_shape(const Op& op, const Batch& batch, int index) {
                      shape_to_string(tensor.shape, 'x')));
 }
 
-// What each device holds of each tensor, in the order it received it; a device's source tile
-// always counts.
+// What each device holds of each tensor, in the order it received it, read by find_holding (the
+// rule validate_plan applies).
 class Holdings {
  public:
   explicit Holdings(const std::vector<std::vector<DeviceTiles>>& tiles)
@@ -63,10 +64,13 @@ class Holdings {
 
   Place find(DeviceId d, int tensor, const Box& box, const Op& op) const {
     const Box& src = tiles_[tensor][d].src;
-    if (src.contains(box)) return {d, BufferKind::src, -1, src, tensor};
-    if (const auto it = held_[tensor].find(d); it != held_[tensor].end())
-      for (auto held = it->second.rbegin(); held != it->second.rend(); ++held)
-        if (held->first.contains(box)) return held->second;
+    static const std::vector<std::pair<Box, Place>> kNothingReceived;
+    const auto it = held_[tensor].find(d);
+    const auto& received = it == held_[tensor].end() ? kNothingReceived : it->second;
+    const auto where = find_holding(
+        &src, received, [](const std::pair<Box, Place>& r) -> const Box& { return r.first; }, box);
+    if (where == kHeldInSourceTile) return {d, BufferKind::src, -1, src, tensor};
+    if (where) return received[*where].second;
     throw InvalidArgument(fmt::format(
         "plan op id {} ({}): device {} must send {}, but it does not hold it at this point (its "
         "source tile is {})",
