@@ -6,20 +6,7 @@ MESHCAST=$1
 failures=0
 passes=0
 
-check() {  # check NAME EXPECTED_EXIT PATTERN -- command args...
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]]; then
-    echo "FAIL $name: exit $rc, expected $want"; echo "$out" | head -20; failures=$((failures + 1))
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -20; failures=$((failures + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+source "$(dirname "$0")/cli_check.sh"
 
 LAYOUT=(--shape 1024,1024,512 --dtype int32 --src-mesh 2x4 --src-spec RS0R --dst-mesh 2x4 --dst-spec RRS0)
 check tasks-text 0 "unit tasks: 4" -- "$MESHCAST" tasks "${LAYOUT[@]}"
@@ -205,16 +192,7 @@ check err-bench-grow 2 "^meshcast: error: bad --suite random with --grow: expect
 # --batch: several tensors planned, simulated and run together; bad batch files are refused
 # naming the tensor, with exit 2.
 BATCH_DIR=$(mktemp -d)
-cat >"$BATCH_DIR/batch.json" <<'JSON'
-{"cluster": {"hosts": 3, "devices_per_host": 2},
- "tensors": [{"name": "layers.0.w", "shape": [8, 6], "dtype": "bfloat16",
-              "src": {"mesh": [2], "spec": "S0R"}, "dst": {"mesh": [2, 2], "spec": "S1S0"}},
-             {"name": "layers.1.w", "shape": [8, 6], "dtype": "bfloat16",
-              "src": {"mesh": [2], "spec": "RS0"}, "dst": {"mesh": [2, 2], "spec": "RS1"}},
-             {"name": "b", "shape": [5], "dtype": "float32",
-              "src": {"mesh": [1], "devices": [1], "spec": "R"},
-              "dst": {"mesh": [4], "devices": [5, 4, 3, 2], "spec": "S0"}}]}
-JSON
+cp "$(dirname "$0")/data/batch-3-tensors.json" "$BATCH_DIR/batch.json"
 check batch-plan 0 "batch of 3 tensors" -- "$MESHCAST" plan --batch "$BATCH_DIR/batch.json"
 check batch-plan-classes 0 "layers\.\*\.w +x2 " -- "$MESHCAST" plan --batch "$BATCH_DIR/batch.json"
 "$MESHCAST" plan --batch "$BATCH_DIR/batch.json" --strategy send_recv --json >"$BATCH_DIR/plan.json"

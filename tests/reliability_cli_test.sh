@@ -6,21 +6,7 @@ set -u
 MESHCAST=$1
 failures=0
 passes=0
-# Every command gets a time limit: a hang is a failure, not a stuck test suite.
-check() {  # check NAME EXPECTED_EXIT PATTERN -- command args...
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$(timeout 120 "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]]; then
-    echo "FAIL $name: exit $rc, expected $want"; echo "$out" | head -20; failures=$((failures + 1))
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -20; failures=$((failures + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+source "$(dirname "$0")/cli_check.sh"
 
 # The two commands at the top of the issue.
 check shape-overflow 2 "bad shape '99999999999,99999999999,9999999': more than" -- "$MESHCAST" plan --shape 99999999999,99999999999,9999999 --src-mesh 2 --src-spec S0RR --dst-mesh 2 --dst-spec RRR

@@ -66,20 +66,9 @@ check pipeline-mpi-wrong-rank-count nonzero "has 6 devices \(3 hosts x 2 per hos
 
 # A batch of three tensors (two dtypes, meshes differing per tensor) on 6 ranks: every element
 # of every tensor verified.
-BATCH=$(mktemp)
-cat >"$BATCH" <<'JSON'
-{"cluster": {"hosts": 3, "devices_per_host": 2},
- "tensors": [{"name": "layers.0.w", "shape": [8, 6], "dtype": "bfloat16",
-              "src": {"mesh": [2], "spec": "S0R"}, "dst": {"mesh": [2, 2], "spec": "S1S0"}},
-             {"name": "layers.1.w", "shape": [8, 6], "dtype": "bfloat16",
-              "src": {"mesh": [2], "spec": "RS0"}, "dst": {"mesh": [2, 2], "spec": "RS1"}},
-             {"name": "b", "shape": [5], "dtype": "float32",
-              "src": {"mesh": [1], "devices": [1], "spec": "R"},
-              "dst": {"mesh": [4], "devices": [5, 4, 3, 2], "spec": "S0"}}]}
-JSON
+BATCH="$(dirname "$0")/data/batch-3-tensors.json"
 check batch-run-verify 0 "checked, 0 wrong" 1 -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" run --backend mpi --batch "$BATCH" --verify --iters 2
-rm -f "$BATCH"
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]
