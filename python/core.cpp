@@ -20,6 +20,7 @@
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
 #include "meshcast/runtime/local/local_executor.h"
+#include "meshcast/runtime/watchdog.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/suites/model.h"
 #ifdef MESHCAST_PYTHON_WITH_MPI
@@ -346,11 +347,17 @@ struct HereTile {
 
 class Resharder {
  public:
-  Resharder(Plan plan, const std::string& backend, int threads)
+  Resharder(Plan plan, const std::string& backend, int threads, double timeout_s)
       : plan_(std::move(plan)),
         tensors_(tensors_of(plan_)),
+        watchdog_(timeout_s),
         executor_(make_executor(backend, threads)) {
-    compiled_ = executor_->compile(plan_);
+    {
+      py::gil_scoped_release release;
+      watchdog_.enter("compiling the plan");
+      compiled_ = executor_->compile(plan_);
+      watchdog_.leave();
+    }
     for (DeviceId device : compiled_->devices_here())
       for (size_t i = 0; i < tensors_.size(); ++i)
         here_.push_back(
@@ -361,6 +368,7 @@ class Resharder {
   ~Resharder() {
     if (!running_) return;
     py::gil_scoped_release release;
+    watchdog_.enter(fmt::format("run {}", runs_));
     compiled_->wait();
   }
   Resharder(const Resharder&) = delete;
@@ -439,6 +447,7 @@ class Resharder {
     }
     keep_ = std::move(keep);
     running_ = true;
+    ++runs_;
     return outputs;
   }
 
@@ -447,7 +456,9 @@ class Resharder {
     RunTiming timing;
     {
       py::gil_scoped_release release;
+      watchdog_.enter(fmt::format("run {}", runs_));
       timing = compiled_->wait();
+      watchdog_.leave();
     }
     running_ = false;
     keep_.clear();
@@ -462,12 +473,16 @@ class Resharder {
 
   Plan plan_;
   std::vector<PlanTensor> tensors_;
+  // Bounds compiling and each wait() (a peer that died or hangs): the process exits, and mpirun
+  // stops the other ranks.
+  Watchdog watchdog_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<CompiledPlan> compiled_;
   std::vector<HereTile> here_;  // the tiles of devices_here(), for every tensor
   std::vector<DeviceBuffers> buffers_;
   std::vector<py::object> keep_;  // the arrays of the run in flight stay alive until wait()
   bool running_ = false;
+  int runs_ = 0;  // runs started
 };
 
 }  // namespace
@@ -559,8 +574,8 @@ PYBIND11_MODULE(_core, m) {
       });
 
   py::class_<Resharder>(m, "Resharder")
-      .def(py::init<Plan, const std::string&, int>(), py::arg("plan"), py::arg("backend"),
-           py::arg("threads"))
+      .def(py::init<Plan, const std::string&, int, double>(), py::arg("plan"), py::arg("backend"),
+           py::arg("threads"), py::arg("timeout_s"))
       .def_property_readonly("devices", &Resharder::devices_here)
       .def_property_readonly("tensor_names", &Resharder::tensor_names)
       .def("start", &Resharder::start, py::arg("src"), py::arg("out"), py::arg("allocate"))

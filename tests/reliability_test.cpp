@@ -2,13 +2,17 @@
 // wrapping, and verification cannot miss an element that was never written.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <limits>
 #include <string>
+#include <thread>
 
 #include "meshcast/error.h"
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/runtime/buffers.h"
+#include "meshcast/runtime/watchdog.h"
 
 namespace meshcast {
 namespace {
@@ -103,6 +107,40 @@ TEST(OverflowTest, ScheduleSizesAreCheckedBeforeAnythingIsSizedByThem) {
   expect_error<InvalidArgument>(
       [] { pipeline::check_schedule_size(2147483647, 2147483647, 2147483647); },
       {"more than 2^63"});
+}
+
+using namespace std::chrono_literals;
+
+TEST(WatchdogDeathTest, APhasePastTheTimeoutEndsTheProcessNamingThePhase) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Watchdog watchdog(0.2);
+        watchdog.enter("run 2 of 6");
+        std::this_thread::sleep_for(30s);
+      },
+      ::testing::ExitedWithCode(kTimeoutExitStatus),
+      "run 2 of 6 did not finish within the timeout of 0.2 s \\(process [0-9]+ on host");
+}
+
+TEST(WatchdogTest, PhasesShorterThanTheTimeoutAndTimeOutsideAPhaseAreNotBounded) {
+  // Three phases of 0.3 s and 1.5 s outside any, with a 1 s timeout: the process lives on (a
+  // watchdog that fired would end this test binary with exit status 3).
+  Watchdog watchdog(1);
+  for (const char* phase : {"compiling the plan", "run 1 of 2", "run 2 of 2"}) {
+    watchdog.enter(phase);
+    std::this_thread::sleep_for(300ms);
+  }
+  watchdog.leave();
+  std::this_thread::sleep_for(1500ms);
+  SUCCEED();
+}
+
+TEST(WatchdogTest, ANegativeOrNonFiniteTimeoutIsRefused) {
+  for (double bad :
+       {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()})
+    expect_error<InvalidArgument>([&] { Watchdog watchdog(bad); },
+                                  {"bad timeout", "expected a number of seconds >= 0"});
 }
 
 TEST(VerifyTest, AnElementNeverWrittenIsAlwaysCaught) {

@@ -76,6 +76,26 @@ TEST(MpiExecutorTest, ARankCountThatDiffersFromTheClusterIsAnErrorOnEveryRank) {
   }
 }
 
+TEST(MpiExecutorTest, RanksGivenDifferentPlansAllRefuseBeforeAnyByteMoves) {
+  const Resharding p = corpus_for_this_run().front();
+  // Rank 0 plans with send_recv, the others with broadcast: the same problem, other ops.
+  const Strategy strategy = world->is_leader() ? Strategy::send_recv : Strategy::broadcast;
+  const Plan plan = make_plan(p, {.strategy = strategy, .balance = Balance::none});
+  try {
+    world->compile(plan);
+    ADD_FAILURE() << "compile accepted different plans on different ranks";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(fmt::format("the {} ranks were given different plans", ranks)),
+        std::string::npos)
+        << e.what();
+  }
+  // Every rank refused (none is left waiting in the plan): the same plan compiles and runs.
+  EXPECT_EQ(testing::play_and_count_errors(
+                *world, make_plan(p, {.strategy = Strategy::send_recv, .balance = Balance::none})),
+            0);
+}
+
 TEST(MpiExecutorTest, StartWaitAndASecondRunThatAllocatesNothing) {
   const Resharding p = corpus_for_this_run().front();
   const auto compiled =

@@ -191,16 +191,19 @@ def _allocator(like):
 
 class Resharder:
     """A plan compiled once for a backend: 'local' (threads in this process) or 'mpi' (one rank
-    per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD)."""
+    per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD).
+    `timeout`: seconds compiling or one wait() may block (a peer process that died or hangs)
+    before the process prints what it waited in and exits with status 3, so that mpirun stops
+    every rank; 0: forever."""
 
-    def __init__(self, plan, backend="local", comm=None, threads=0):
+    def __init__(self, plan, backend="local", comm=None, threads=0, timeout=300.0):
         if not isinstance(plan, Plan):
             raise TypeError(f"plan {plan!r}: expected an mc.Plan")
         if backend == "mpi" and comm is not None:
             from mpi4py import MPI
             if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
                 raise ValueError("comm: expected MPI.COMM_WORLD (rank r plays device r)")
-        self._core = _core.Resharder(plan, backend, threads)
+        self._core = _core.Resharder(plan, backend, threads, float(timeout))
         self._names = self._core.tensor_names
         self.plan = plan
 

@@ -7,6 +7,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/runtime/buffers.h"
+#include "meshcast/runtime/watchdog.h"
 
 namespace meshcast {
 
@@ -22,6 +23,8 @@ Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& 
     throw InvalidArgument(fmt::format("bad iteration count {}: expected >= 1", o.iters));
   if (o.warmup < 0)
     throw InvalidArgument(fmt::format("bad warmup count {}: expected >= 0", o.warmup));
+  Watchdog watchdog(o.timeout_s);
+  watchdog.enter("compiling the plan");
   const auto compiled = executor.compile(plan);
   auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
   const auto views = buffer_views(buffers);
@@ -30,6 +33,7 @@ Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& 
   for (int i = 0; i < o.warmup + o.iters; ++i) {
     const bool last = i + 1 == o.warmup + o.iters;
     if (last && o.verify) prepare_tiles(plan.batch, buffers);
+    watchdog.enter(fmt::format("run {} of {}", i + 1, o.warmup + o.iters));
     executor.barrier();
     const auto start = std::chrono::steady_clock::now();
     const double executor_seconds = compiled->run(views).seconds;
@@ -44,6 +48,7 @@ Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& 
   m.median_s = median(m.times_s);
   m.wall_median_s = median(m.wall_times_s);
   if (o.verify) {
+    watchdog.enter("the verification");
     int64_t elements = 0;
     for (const TileBuffers& b : buffers)
       elements += tiles_of(plan.batch, b.tensor, b.device).dst.volume();

@@ -28,3 +28,10 @@ def test_weight_sync_example_one_rank_per_device():
     done = mpirun(8, str(HERE.parent.parent / "examples" / "weight_sync.py"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("elements checked bit for bit") == 3, done.stdout
+
+
+def test_a_stopped_rank_ends_every_other_rank_within_the_timeout():
+    # Rank 1 stops itself after two runs; the others' third wait() times out (timeout=3).
+    done = mpirun(4, str(HERE / "mpi_stuck_rank.py"))
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "run 3 did not finish within the timeout of 3 s" in done.stderr, done.stderr

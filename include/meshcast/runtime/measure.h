@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "meshcast/runtime/executor.h"
+#include "meshcast/runtime/watchdog.h"
 
 namespace meshcast {
 
@@ -13,6 +14,9 @@ struct MeasureOptions {
   int iters = 5;
   int warmup = 1;
   bool verify = false;
+  // Seconds a process may wait in one phase (compiling, one run, the verification) before its
+  // Watchdog ends it; 0: forever.
+  double timeout_s = kDefaultTimeoutS;
 };
 
 struct Measurement {
@@ -31,7 +35,8 @@ struct Measurement {
 // Compiles `plan` once, allocates tiles for this process's devices, fills the sources with the
 // pattern, then runs `warmup` + `iters` times with a barrier before each; with `verify`, the
 // destinations are poisoned before the last run and checked after it. Collective over the
-// executor's processes. Throws InvalidArgument on iters < 1 or warmup < 0.
+// executor's processes. Throws InvalidArgument on iters < 1, warmup < 0 or a bad timeout; ends the
+// process (kTimeoutExitStatus) when a phase runs past the timeout.
 Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& options);
 
 double median(std::vector<double> values);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/json.h"
 #include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/placement.h"
 #include "meshcast/runtime/strided_copy.h"
@@ -172,14 +173,18 @@ class MpiExecutor final : public Executor {
 
   std::string_view backend() const override { return "mpi"; }
 
+  // Every check that can refuse the plan comes before any byte moves, and every rank reaches the
+  // same verdict: a rank that refused alone would leave the others waiting on it.
   std::unique_ptr<CompiledPlan> compile(const Plan& plan) override {
+    check_idle("compile()");
+    check_same_plan_everywhere(plan);
     const Cluster& c = plan.batch.cluster;
     if (c.devices() != size_)
       throw InvalidArgument(fmt::format(
           "the plan's cluster has {} devices ({} hosts x {} per host), but MPI started {} ranks: "
           "launch with mpirun -np {}",
           c.devices(), c.hosts, c.devices_per_host, size_, c.devices()));
-    check_idle("compile()");
+    check_hosts_match_machines(c);
     auto slot = std::find(slots_.begin(), slots_.end(), false) - slots_.begin();
     if (slot == static_cast<ptrdiff_t>(slots_.size())) slots_.push_back(false);
     auto compiled = std::make_unique<MpiPlan>(plan, *this, static_cast<int>(slot));
@@ -266,6 +271,47 @@ class MpiExecutor final : public Executor {
   }
 
  private:
+  // Ranks given different plans would wait on each other's different ops forever.
+  void check_same_plan_everywhere(const Plan& plan) {
+    // FNV-1a of the plan document: the same on every rank whatever its build.
+    uint64_t digest = 14695981039346656037ull;
+    for (const char ch : plan_to_json(plan).dump())
+      digest = (digest ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    uint64_t least = 0, most = 0;
+    MPI_Allreduce(&digest, &least, 1, MPI_UINT64_T, MPI_MIN, control_);
+    MPI_Allreduce(&digest, &most, 1, MPI_UINT64_T, MPI_MAX, control_);
+    if (least != most)
+      throw InvalidArgument(fmt::format(
+          "the {} ranks were given different plans (rank {} has plan digest {:016x}, others "
+          "{:016x}): expected every rank to play the same plan",
+          size_, rank_, digest, digest == least ? most : least));
+  }
+
+  // Device d runs on rank d. The devices of one cluster host must run on one machine (its local
+  // copies and allgathers assume shared memory, its NIC figures one machine's NICs); several
+  // cluster hosts on one machine are fine (a test on one machine).
+  void check_hosts_match_machines(const Cluster& c) {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int length = 0;
+    MPI_Get_processor_name(name, &length);
+    std::vector<char> names(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                  MPI_CHAR, control_);
+    const auto machine = [&](int rank) {
+      return std::string(names.data() + static_cast<size_t>(rank) * MPI_MAX_PROCESSOR_NAME);
+    };
+    for (int rank = 0; rank < size_; ++rank) {
+      const int first = rank - rank % c.devices_per_host;
+      if (machine(rank) != machine(first))
+        throw InvalidArgument(fmt::format(
+            "the plan's cluster puts devices {}..{} on host {}, but MPI started rank {} on "
+            "machine '{}' and rank {} on '{}': expected the ranks of one host on one machine "
+            "(a hostfile with slots={} per machine, ranks placed by slot)",
+            first, first + c.devices_per_host - 1, rank / c.devices_per_host, first, machine(first),
+            rank, machine(rank), c.devices_per_host));
+    }
+  }
+
   void work() {
     while (true) {
       MpiPlan* plan = nullptr;
