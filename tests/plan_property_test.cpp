@@ -7,6 +7,7 @@
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/sim/simulator.h"
 
 namespace meshcast {
 namespace {
@@ -67,6 +68,36 @@ TEST_P(PlanPropertyTest, SearchNeverWorseThanGreedy) {
       ASSERT_NO_THROW(validate_plan(searched));
       EXPECT_LE(estimate(searched), greedy);
     }
+  }
+}
+
+// One cost model: the time the planner reports (and balance order minimizes) is the simulator's, on
+// single tensors and batches, for every mode.
+TEST_P(PlanPropertyTest, EstimateIsTheSimulatedTime) {
+  std::mt19937 rng(GetParam() + 2000);
+  std::vector<Batch> batches;
+  for (const Resharding& problem : testing::property_corpus(GetParam() + 2000, 40))
+    batches.push_back(Batch::of_one(problem));
+  for (int i = 0; i < 20; ++i) batches.push_back(testing::random_batch(rng, 1 + i % 4));
+  for (const Batch& batch : batches) {
+    for (const Mode& m : all_modes()) {
+      SCOPED_TRACE(fmt::format("{} tensors, first {}: {} {} split={}", batch.tensors.size(),
+                               testing::describe(batch.resharding(0)), to_string(m.strategy),
+                               to_string(m.balance), m.split));
+      const Plan plan = make_plan(
+          batch,
+          {.strategy = m.strategy, .balance = m.balance, .split = m.split, .search_effort = 0.02});
+      EXPECT_DOUBLE_EQ(estimate(plan), simulate(plan).time_s);
+    }
+  }
+}
+
+// The search counts work, never time: planning the same input twice gives the same plan.
+TEST_P(PlanPropertyTest, SameInputGivesIdenticalPlans) {
+  for (const Resharding& problem : testing::property_corpus(GetParam() + 3000, 40)) {
+    SCOPED_TRACE(testing::describe(problem));
+    const PlanOptions options{.balance = Balance::order, .split = true};
+    EXPECT_EQ(make_plan(problem, options), make_plan(problem, options));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 
+#include "meshcast/sim/simulator.h"
 #include "timeline.h"
 
 namespace meshcast::detail {
@@ -96,7 +97,7 @@ struct Placed {
 struct Decoded {
   std::vector<Op> ops;             // in start order
   std::vector<SplitChoice> split;  // what each job did
-  double makespan = 0;             // Replay of `ops`: what estimate() reports
+  double makespan = 0;             // the simulated time of `ops`: what estimate() reports
   int64_t work = 0;                // what decoding cost, in work units (kSearchWork)
 };
 
@@ -124,16 +125,13 @@ class OrderPlanner {
     std::stable_sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
       return std::pair(a.start, a.seq) < std::pair(b.start, b.seq);
     });
-    Replay replay(batch_);
     out.ops.reserve(placed.size());
-    for (Placed& p : placed) {
-      replay.place(p.op);
-      out.ops.push_back(std::move(p.op));
-    }
-    out.makespan = replay.makespan();
-    // Recording, sorting and replaying the ops: a few units per op and level of the sort.
+    for (Placed& p : placed) out.ops.push_back(std::move(p.op));
+    const SimTime simulated = simulate_time(batch_, out.ops);
+    out.makespan = simulated.time_s;
+    // Recording and sorting the ops (a unit per op and level of the sort), then simulating them.
     const auto ops = static_cast<int64_t>(out.ops.size());
-    out.work += 3 * ops * std::bit_width(static_cast<uint64_t>(ops));
+    out.work += ops * std::bit_width(static_cast<uint64_t>(ops)) + simulated.steps;
     return out;
   }
 

@@ -1,13 +1,11 @@
 #include "meshcast/plan/estimate.h"
 
-#include "timeline.h"
+#include "meshcast/sim/simulator.h"
 
 namespace meshcast {
 
 double estimate(const Plan& plan) {
-  detail::Replay timeline(plan.batch);
-  for (const Op& op : plan.ops) timeline.place(op);
-  return timeline.makespan();
+  return simulate_time(plan.batch, plan.ops).time_s;
 }
 
 std::vector<HostTraffic> host_traffic(const Plan& plan) {

@@ -147,25 +147,4 @@ void Schedule::remove(const Op& op, Slot slot) {
   }
 }
 
-Replay::Replay(const Batch& batch) : nics_(batch), device_free_at_(batch.cluster.devices(), 0.0) {}
-
-Slot Replay::place(const Op& op) {
-  const auto cost = nics_.model().cost_of(op);
-  double ready = 0;
-  std::vector<int> nics;
-  for (int r : cost.resources) {
-    if (nics_.model().is_device(r))
-      ready = std::max(ready, device_free_at_[r]);
-    else
-      nics.push_back(r);
-  }
-  const double start = nics_.earliest_start(nics, cost.duration, ready);
-  const Slot slot{start, start + cost.duration};
-  nics_.occupy(nics, slot);
-  for (int r : cost.resources)
-    if (nics_.model().is_device(r)) device_free_at_[r] = slot.finish;
-  makespan_ = std::max(makespan_, slot.finish);
-  return slot;
-}
-
 }  // namespace meshcast::detail

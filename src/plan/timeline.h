@@ -1,5 +1,6 @@
-// Internal to the plan layer: the analytic cost model that estimate() reports and balance=order
-// minimizes. Devices and host NIC directions are serial resources.
+// Internal to the planner: the analytic cost model balance=order builds its greedy schedules on
+// (devices and host NIC directions are serial resources). Plans are judged by the simulator's time
+// (estimate()), not by this model.
 #pragma once
 
 #include <cstdint>
@@ -58,22 +59,6 @@ class Schedule {
  private:
   CostModel model_;
   std::vector<std::vector<Slot>> busy_;  // per resource, sorted, disjoint
-};
-
-// Plays ops in plan order as the execution semantics of docs/concepts.md say: an op starts once
-// each of its devices has finished its earlier ops. Each NIC direction carries one op at a time, in
-// whatever order fits (the earliest idle window after the devices are ready). Sorting a Schedule's
-// ops by start gives a plan whose Replay finishes no later than the Schedule.
-class Replay {
- public:
-  explicit Replay(const Batch& batch);
-  Slot place(const Op& op);
-  double makespan() const { return makespan_; }
-
- private:
-  Schedule nics_;
-  std::vector<double> device_free_at_;
-  double makespan_ = 0;
 };
 
 }  // namespace meshcast::detail

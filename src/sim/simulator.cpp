@@ -161,17 +161,20 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int e
 // to a flow that started or ended.
 class Engine {
  public:
-  Engine(const Plan& plan, const Cluster& cluster, const SimOptions& options)
-      : plan_(plan), net_(cluster), options_(options) {
-    const size_t n = plan.ops.size();
-    const auto& tensors = plan.batch.tensors;
+  // Plays `ops` of `batch` on `cluster`; with `report`, also keeps what SimResult reports per link.
+  Engine(const Batch& batch, const std::vector<Op>& ops, const Cluster& cluster,
+         const SimOptions& options, bool report)
+      : ops_(ops), net_(cluster), options_(options), report_(report) {
+    const size_t n = ops.size();
+    const auto& tensors = batch.tensors;
     models_.reserve(n);
-    for (const Op& op : plan.ops) {
+    for (const Op& op : ops) {
       if (op.tensor < 0 || op.tensor >= static_cast<int>(tensors.size()))
         throw InvalidArgument(
             fmt::format("op {}: tensor {} does not exist: the batch has {} tensors", op.id,
                         op.tensor, tensors.size()));
       models_.push_back(model_op(op, net_, cluster, dtype_size(tensors[op.tensor].tensor.dtype)));
+      steps_ += 1 + static_cast<int64_t>(models_.back().usages.size());
     }
     state_.resize(n);
     flow_mark_.assign(n, 0);
@@ -183,10 +186,12 @@ class Engine {
     const int links = net_.links();
     link_flows_.resize(links);
     busy_since_.assign(links, 0);
-    stats_.resize(links);
-    for (int l = 0; l < links; ++l)
-      stats_[l] = LinkStats{
-          .name = net_.name(l), .host = net_.host_of_nic(l), .bandwidth = net_.capacity(l)};
+    if (report_) {
+      stats_.resize(links);
+      for (int l = 0; l < links; ++l)
+        stats_[l] = LinkStats{
+            .name = net_.name(l), .host = net_.host_of_nic(l), .bandwidth = net_.capacity(l)};
+    }
     link_stamp_.assign(links, 0);
     link_mark_.assign(links, 0);
     link_used_.assign(links, 0);
@@ -203,6 +208,7 @@ class Engine {
     while (!events_.empty()) {
       now_ = events_.top().time;
       ++result_.events;
+      ++steps_;
       const double horizon = now_ + 1e-12 * now_;  // equal times up to rounding are one step
       while (!events_.empty() && events_.top().time <= horizon) {
         const Event e = events_.top();
@@ -218,16 +224,18 @@ class Engine {
       recompute();
     }
     result_.time_s = 0;
-    result_.ops.reserve(plan_.ops.size());
-    for (size_t i = 0; i < plan_.ops.size(); ++i) {
-      if (!state_[i].finished)
-        throw Error(fmt::format("simulator: op {} never ran", plan_.ops[i].id));
-      result_.ops.push_back({plan_.ops[i].id, state_[i].start_s, state_[i].end_s});
+    if (report_) result_.ops.reserve(ops_.size());
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (!state_[i].finished) throw Error(fmt::format("simulator: op {} never ran", ops_[i].id));
+      if (report_) result_.ops.push_back({ops_[i].id, state_[i].start_s, state_[i].end_s});
       result_.time_s = std::max(result_.time_s, state_[i].end_s);
     }
     result_.links = std::move(stats_);
     return std::move(result_);
   }
+
+  // Elementary steps run() took: ops and flow-link usages set up, flows and links rated.
+  int64_t steps() const { return steps_; }
 
  private:
   struct OpState {
@@ -287,8 +295,10 @@ class Engine {
       flows[u.slot] = moved;
       flows.pop_back();
       if (moved != i) slot_of(moved, u.link) = u.slot;
-      if (flows.empty()) stats_[u.link].busy_s += now_ - busy_since_[u.link];
-      stats_[u.link].bytes += u.bytes;
+      if (report_) {
+        if (flows.empty()) stats_[u.link].busy_s += now_ - busy_since_[u.link];
+        stats_[u.link].bytes += u.bytes;
+      }
       dirty_.push_back(u.link);
     }
   }
@@ -339,7 +349,9 @@ class Engine {
       link_weight_[l] = 0;
       link_unfrozen_[l] = 0;
     }
+    steps_ += static_cast<int64_t>(comp_links.size());
     for (int f : comp_flows) {
+      steps_ += static_cast<int64_t>(models_[f].usages.size());
       OpState& s = state_[f];
       s.remaining = std::max(0.0, s.remaining - s.rate * (now_ - s.last));
       s.last = now_;
@@ -408,9 +420,11 @@ class Engine {
     events_.push({now_ + s.remaining / rate, f, Event::flow_done, s.version});
   }
 
-  const Plan& plan_;
+  const std::vector<Op>& ops_;
   Network net_;
   SimOptions options_;
+  bool report_;
+  int64_t steps_ = 0;
   std::vector<OpModel> models_;
   std::vector<OpState> state_;
   std::vector<std::vector<int>> queues_;  // per device, its ops in plan order
@@ -441,8 +455,14 @@ SimResult simulate(const Plan& plan) {
 
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options) {
   cluster.validate();
-  Engine engine(plan, cluster, options);
+  Engine engine(plan.batch, plan.ops, cluster, options, /*report=*/true);
   return engine.run();
+}
+
+SimTime simulate_time(const Batch& batch, const std::vector<Op>& ops) {
+  Engine engine(batch, ops, batch.cluster, {}, /*report=*/false);
+  const double time = engine.run().time_s;
+  return {time, engine.steps()};
 }
 
 std::vector<const LinkStats*> busiest_links(const SimResult& sim, int top) {

@@ -1,4 +1,4 @@
-// estimate: a fast analytic time of a plan on its cluster, and the bytes each host NIC carries.
+// estimate: the time of a plan on its cluster, and the bytes each host NIC carries.
 #pragma once
 
 #include <cstdint>
@@ -8,13 +8,9 @@
 
 namespace meshcast {
 
-// Seconds to play the plan with the execution semantics of docs/concepts.md on a serial-resource
-// model: an op starts once each of its devices has finished its earlier ops in plan order, and each
-// host NIC direction carries one op at a time (the earliest idle window after the devices are
-// ready). Durations: send = lat + bytes / slowest link; broadcast = (chunks + hops - 1) * (lat +
-// chunk / slowest hop); allgather (ring on one host) = (n - 1) * (lat + part / device link); copy =
-// lat + bytes / device link. Never below lower_bound of the same problem; balance=order minimizes
-// it.
+// Seconds to play the plan on its cluster: the flow-level simulator's time (docs/simulator.md),
+// the same number simulate(plan).time_s gives, and the one balance=order minimizes. Never below
+// lower_bound of the same problem.
 double estimate(const Plan& plan);
 
 // Bytes through one host's NIC in each direction.

@@ -54,6 +54,16 @@ struct SimResult {
 SimResult simulate(const Plan& plan);
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options = {});
 
+// The finish time of `ops` played on batch.cluster exactly as simulate() plays a plan of them
+// (same model, same time), without the per-op and per-link reports, and how many elementary steps
+// the simulation took (ops and flows set up, flows re-rated, events): the planner searches against
+// this time and counts these steps against its work budget.
+struct SimTime {
+  double time_s = 0;
+  int64_t steps = 0;
+};
+SimTime simulate_time(const Batch& batch, const std::vector<Op>& ops);
+
 // The `top` links that carried bytes, ordered by the time their bytes need at full bandwidth
 // (the bottlenecks first; ties by name). Pointers into `sim.links`.
 std::vector<const LinkStats*> busiest_links(const SimResult& sim, int top);
