@@ -119,5 +119,17 @@ TEST(ClusterNicsTest, SmallClusterFileFillsTheRestFromDefaults) {
                ParseError);
 }
 
+// What `meshcast calibrate -o testbed.json` writes is read back by every --cluster FILE: the
+// calibration samples it carries are accepted and change nothing.
+TEST(ClusterJsonTest, CalibrateDocumentIsReadBackAsACluster) {
+  const Cluster c{.hosts = 5, .devices_per_host = 4, .nic_bandwidth = gbps_to_bytes(0.273)};
+  nlohmann::json doc = cluster_to_json(c);
+  doc["meshcast_version"] = "0.1.0";
+  doc["calibration"] = {{"host_names", {"emu-h0", "emu-h1"}}, {"nic_gbps_samples", {0.27, 0.28}}};
+  EXPECT_EQ(cluster_from_json(doc), c);
+  doc["calibrations"] = 1;
+  EXPECT_THROW(cluster_from_json(doc), ParseError);
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -129,10 +129,11 @@ json cluster_to_json(const Cluster& cluster) {
 
 Cluster cluster_from_json(const json& j, const Cluster& defaults) {
   constexpr std::string_view where = "cluster";
-  // meshcast_version: the cluster documents of `meshcast calibrate` carry it.
+  // meshcast_version and calibration (the samples behind the figures, not read): the cluster
+  // documents of `meshcast calibrate` carry them, and they are read back as clusters.
   check_keys(j, where, {},
              {"hosts", "devices_per_host", "nic_gbps", "dev_gbps", "latency_us", "nics_per_host",
-              "host_nics", "host_nic_gbps", "meshcast_version"});
+              "host_nics", "host_nic_gbps", "meshcast_version", "calibration"});
   Cluster c = defaults;
   c.hosts = field_or(j, "hosts", where, c.hosts);
   c.devices_per_host = field_or(j, "devices_per_host", where, c.devices_per_host);
