@@ -178,9 +178,16 @@ py::dict op_to_dict(const Op& op) {
   py::dict d;
   d["id"] = op.id;
   d["kind"] = std::string(to_string(op.kind));
-  d["tensor"] = op.tensor;
-  d["task"] = op.task;
-  d["slice"] = box_to_tuple(op.slice);
+  py::list pieces;
+  for (const Piece& p : op.pieces) {
+    py::dict piece;
+    piece["tensor"] = p.tensor;
+    piece["task"] = p.task;
+    piece["slice"] = box_to_tuple(p.slice);
+    piece["bytes"] = p.bytes;
+    pieces.append(piece);
+  }
+  d["pieces"] = pieces;
   d["bytes"] = op.bytes;
   d["sender"] = op.sender ? py::object(py::int_(*op.sender)) : py::object(py::none());
   d["receivers"] = op.receivers;

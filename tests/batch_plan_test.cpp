@@ -37,9 +37,14 @@ TEST(BatchPlanTest, RandomBatchesGiveValidPlansUnderEveryStrategy) {
       EXPECT_GE(simulate(plan).time_s, plan.lower_bound_s * (1 - 1e-9)) << "round " << round;
       // Every op names a tensor of the batch and moves that tensor's bytes.
       for (const Op& op : plan.ops) {
-        ASSERT_GE(op.tensor, 0);
-        ASSERT_LT(op.tensor, static_cast<int>(batch.tensors.size()));
-        EXPECT_EQ(op.bytes, op.slice.volume() * dtype_size(batch.tensors[op.tensor].tensor.dtype));
+        int64_t bytes = 0;
+        for (const Piece& p : op.pieces) {
+          ASSERT_GE(p.tensor, 0);
+          ASSERT_LT(p.tensor, static_cast<int>(batch.tensors.size()));
+          EXPECT_EQ(p.bytes, p.slice.volume() * dtype_size(batch.tensors[p.tensor].tensor.dtype));
+          bytes += p.bytes;
+        }
+        EXPECT_EQ(op.bytes, bytes);
       }
       ++plans;
     }
@@ -92,7 +97,7 @@ TEST(BatchPlanTest, BadBatchesAreRefusedNamingTheTensor) {
 
 TEST(BatchPlanTest, AnOpOfAMissingTensorIsRejected) {
   Plan plan = make_plan(paper_cases(64)[0].problem);
-  plan.ops[0].tensor = 1;
+  plan.ops[0].pieces[0].tensor = 1;
   try {
     validate_plan(plan);
     FAIL() << "an op of tensor 1 passed in a batch of one";

@@ -210,6 +210,16 @@ check batch-missing-field 2 "tensors\[1\] 'layers.1.w': src: unknown key 'specs'
 check batch-no-file 2 "cannot read batch file '/no/such.json'" -- "$MESHCAST" plan --batch /no/such.json
 echo '{"cluster": {}, "tensors": 3}' >"$BATCH_DIR/not-a-list.json"
 check batch-not-a-list 2 "bad value for 'tensors': expected an array" -- "$MESHCAST" plan --batch "$BATCH_DIR/not-a-list.json"
+# Buckets: a tiny llama's norms and weights travel in a few fused messages, run with every element
+# checked, saved and loaded; --bucket-bytes 0 gives one message per piece.
+"$MESHCAST" model --hidden 64 --layers 4 --heads 4 --ffn 128 --vocab 100 --train tp=2,pp=2 \
+  --serve tp=2,replicas=2 -o "$BATCH_DIR/tiny.json" >/dev/null
+check bucket-plan 0 "broadcast tensor +[0-9]+ task +[0-9]+ \[[0-9,)x\[]+ \+[0-9]+ pieces" -- "$MESHCAST" plan --batch "$BATCH_DIR/tiny.json"
+check bucket-none 0 "balance order: 69 ops" -- "$MESHCAST" plan --batch "$BATCH_DIR/tiny.json" --bucket-bytes 0
+check bucket-run 0 "checked, 0 wrong" -- "$MESHCAST" run --batch "$BATCH_DIR/tiny.json" --bucket-bytes 4096 --verify --iters 1
+"$MESHCAST" plan --batch "$BATCH_DIR/tiny.json" --json >"$BATCH_DIR/tiny-plan.json"
+check bucket-plan-check 0 "valid plan, 6 ops" -- "$MESHCAST" plan --check "$BATCH_DIR/tiny-plan.json"
+check bucket-bad 2 "bad --bucket-bytes -1: expected a number >= 0" -- "$MESHCAST" simulate --batch "$BATCH_DIR/tiny.json" --bucket-bytes -1
 rm -rf "$BATCH_DIR"
 
 WEIGHTS_DIR=$(mktemp -d)

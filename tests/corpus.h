@@ -131,6 +131,37 @@ inline Batch random_batch(std::mt19937& rng, int tensors, const CorpusOptions& o
   return batch;
 }
 
+// A weight-sync-like batch on `hosts` x `per_host` devices: `tensors` tensors, most of them tiny
+// (norm weights and biases of 1..8 elements), the rest small matrices, random dtypes, all moved
+// from one (hosts/2 x per_host) mesh to another on the remaining hosts (the same hosts when there
+// is one) with random specs: many small pieces that share senders and receiver chains, which
+// buckets fuse.
+inline Batch tiny_tensor_batch(std::mt19937& rng, int tensors, int hosts, int per_host) {
+  constexpr DType dtypes[] = {DType::int8,     DType::int32,   DType::float16,
+                              DType::bfloat16, DType::float32, DType::float64};
+  Batch batch;
+  batch.cluster.hosts = hosts;
+  batch.cluster.devices_per_host = per_host;
+  const int src_hosts = std::max(1, hosts / 2);
+  const Mesh src = Mesh::placed({src_hosts, per_host}, 0, per_host);
+  const Mesh dst =
+      Mesh::placed({std::max(1, hosts - src_hosts), per_host}, hosts > 1 ? src_hosts : 0, per_host);
+  for (int i = 0; i < tensors; ++i) {
+    TensorResharding t;
+    const bool tiny = rng() % 5 != 0;
+    t.name = fmt::format("layers.{}.{}", i, tiny ? "norm.weight" : "mlp.weight");
+    if (tiny)
+      t.tensor.shape = {1 + static_cast<int64_t>(rng() % 8)};
+    else
+      t.tensor.shape = {1 + static_cast<int64_t>(rng() % 24), 1 + static_cast<int64_t>(rng() % 24)};
+    t.tensor.dtype = dtypes[rng() % std::size(dtypes)];
+    t.src = Layout{src, random_spec(rng, t.tensor.rank(), src.rank())};
+    t.dst = Layout{dst, random_spec(rng, t.tensor.rank(), dst.rank())};
+    batch.tensors.push_back(std::move(t));
+  }
+  return batch;
+}
+
 inline std::string describe(const Resharding& p) {
   return fmt::format("shape {} src mesh {} {} devices {} dst mesh {} {} devices {} G={}",
                      fmt::join(p.tensor.shape, "x"), fmt::join(p.src.mesh.shape(), "x"),

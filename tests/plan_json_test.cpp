@@ -15,22 +15,22 @@ Plan sample_plan() {
   plan.batch = Batch::of_one(paper_cases()[6].problem);
   plan.strategy = Strategy::broadcast;
   plan.balance = Balance::order;
-  plan.ops.push_back(Op{.id = 0,
-                        .kind = OpKind::broadcast,
-                        .task = 0,
-                        .slice = Box{{{0, 1024}, {0, 256}, {0, 512}}},
-                        .bytes = 1024 * 256 * 512 * 4,
-                        .sender = 0,
-                        .receivers = {4, 5, 6, 7, 8, 9, 10, 11},
-                        .chunk_bytes = 1 << 20});
-  plan.ops.push_back(Op{.id = 1,
-                        .kind = OpKind::allgather,
-                        .task = 1,
-                        .slice = Box{{{0, 1024}, {256, 512}, {0, 512}}},
-                        .bytes = 1024 * 256 * 512 * 4,
-                        .sender = std::nullopt,
-                        .receivers = {4, 5, 6, 7},
-                        .chunk_bytes = 0});
+  plan.ops.push_back(
+      Op{.id = 0,
+         .kind = OpKind::broadcast,
+         .pieces = {{0, 0, Box{{{0, 1024}, {0, 256}, {0, 512}}}, 1024 * 256 * 512 * 4}},
+         .bytes = 1024 * 256 * 512 * 4,
+         .sender = 0,
+         .receivers = {4, 5, 6, 7, 8, 9, 10, 11},
+         .chunk_bytes = 1 << 20});
+  plan.ops.push_back(
+      Op{.id = 1,
+         .kind = OpKind::allgather,
+         .pieces = {{0, 1, Box{{{0, 1024}, {256, 512}, {0, 512}}}, 1024 * 256 * 512 * 4}},
+         .bytes = 1024 * 256 * 512 * 4,
+         .sender = std::nullopt,
+         .receivers = {4, 5, 6, 7},
+         .chunk_bytes = 0});
   plan.lower_bound_s = 0.5;
   plan.network_bytes = 12345;
   return plan;
@@ -42,7 +42,7 @@ TEST(PlanJsonTest, RoundTrips) {
   EXPECT_TRUE(j.contains("meshcast_version"));
   EXPECT_TRUE(j["ops"][1]["sender"].is_null());
   EXPECT_EQ(j["tensors"][0]["src"]["spec"], "S1RR");
-  EXPECT_EQ(j["ops"][1]["tensor"], 0);
+  EXPECT_EQ(j["ops"][1]["pieces"][0]["tensor"], 0);
   EXPECT_EQ(j["cluster"]["devices_per_host"], 4);
   EXPECT_EQ(plan_from_json(nlohmann::json::parse(j.dump())), plan);
 }
@@ -57,14 +57,18 @@ TEST(PlanJsonTest, NamesTheBadKey) {
     EXPECT_NE(std::string(e.what()).find("teleport"), std::string::npos) << e.what();
   }
   j = plan_to_json(sample_plan());
-  j["ops"][0].erase("slice");
+  j["ops"][0]["pieces"][0].erase("slice");
   try {
     plan_from_json(j);
     FAIL();
   } catch (const ParseError& e) {
-    EXPECT_NE(std::string(e.what()).find("ops[0]: missing key 'slice'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("ops[0].pieces[0]: missing key 'slice'"),
+              std::string::npos)
         << e.what();
   }
+  j = plan_to_json(sample_plan());
+  j["ops"][1]["pieces"] = nlohmann::json::array();
+  EXPECT_THROW(plan_from_json(j), ParseError);
   j = plan_to_json(sample_plan());
   j["tensors"][0]["dst"]["devices"][0] = 99;
   EXPECT_THROW(plan_from_json(j), ParseError);
@@ -77,7 +81,25 @@ TEST(PlanJsonTest, LoadsTheSingleTensorForm) {
   nlohmann::json j = plan_to_json(plan);
   j.erase("tensors");
   j.update(resharding_to_json(plan.batch.resharding(0)));
-  for (auto& op : j["ops"]) op.erase("tensor");
+  for (auto& op : j["ops"]) {
+    op["task"] = op["pieces"][0]["task"];
+    op["slice"] = op["pieces"][0]["slice"];
+    op.erase("pieces");
+  }
+  EXPECT_EQ(plan_from_json(j), plan);
+}
+
+// The batch form that meshcast wrote before buckets: each op names its one tensor, task and slice
+// instead of listing pieces. It loads as ops of one piece each.
+TEST(PlanJsonTest, LoadsOpsWithoutPieces) {
+  std::mt19937 rng(5);
+  const Plan plan = make_plan(testing::random_batch(rng, 4), {.bucket_bytes = 0});
+  nlohmann::json j = plan_to_json(plan);
+  for (auto& op : j["ops"]) {
+    ASSERT_EQ(op["pieces"].size(), 1u);
+    for (const char* key : {"tensor", "task", "slice"}) op[key] = op["pieces"][0][key];
+    op.erase("pieces");
+  }
   EXPECT_EQ(plan_from_json(j), plan);
 }
 
@@ -94,8 +116,9 @@ TEST(PlanJsonTest, BatchPlansRoundTrip) {
 
 TEST(PlanJsonTest, RejectsSlicesOfTooManyDimensions) {
   auto j = plan_to_json(sample_plan());
-  j["ops"][0]["slice"] = nlohmann::json::array();
-  for (int d = 0; d < 9; ++d) j["ops"][0]["slice"].push_back({0, 1});
+  auto& slice = j["ops"][0]["pieces"][0]["slice"];
+  slice = nlohmann::json::array();
+  for (int d = 0; d < 9; ++d) slice.push_back({0, 1});
   try {
     plan_from_json(j);
     FAIL();

@@ -49,7 +49,7 @@ TEST(PlannerTest, SendRecvSendsOneCopyPerReceiver) {
   EXPECT_EQ(plan.network_bytes, 2 * 8 * 4);
   EXPECT_EQ(plan.ops[0].sender, 0);
   EXPECT_EQ(plan.ops[0].receivers, (std::vector<DeviceId>{2}));
-  EXPECT_EQ(plan.ops[0].slice, (Box{{{0, 4}}}));
+  EXPECT_EQ(plan.ops[0].pieces, (std::vector<Piece>{{0, 0, Box{{{0, 4}}}, 16}}));
   EXPECT_EQ(plan.ops[1].receivers, (std::vector<DeviceId>{3}));
 }
 

@@ -31,8 +31,7 @@ const Box kBottom{{{4, 8}, {0, 4}}};
 Op send(int id, int task, const Box& slice, DeviceId from, DeviceId to) {
   return Op{.id = id,
             .kind = OpKind::send,
-            .task = task,
-            .slice = slice,
+            .pieces = {{0, task, slice, slice.volume() * 4}},
             .bytes = slice.volume() * 4,
             .sender = from,
             .receivers = {to}};
@@ -62,7 +61,7 @@ Plan broken(const std::function<void(Plan&)>& edit) {
 TEST(ValidatePlanTest, TheBaseBroadcastPlanIsValid) {
   const Plan plan = broadcast_plan();
   ASSERT_EQ(plan.ops.size(), 2u);
-  EXPECT_EQ(plan.ops[0].slice, kTop);
+  EXPECT_EQ(plan.ops[0].pieces.at(0).slice, kTop);
   EXPECT_EQ(plan.ops[0].receivers, (std::vector<DeviceId>{2, 3, 4, 5}));
   EXPECT_NO_THROW(validate_plan(plan));
 }
@@ -117,17 +116,17 @@ TEST(ValidatePlanTest, RejectsBadIds) {
 
 TEST(ValidatePlanTest, RejectsAMissingTask) {
   expect_rejected(
-      broken([](Plan& p) { p.ops[0].task = 7; }),
+      broken([](Plan& p) { p.ops[0].pieces[0].task = 7; }),
       "op 0 (broadcast of task 7): task 7 does not exist: the problem has 2 unit tasks");
 }
 
 TEST(ValidatePlanTest, RejectsASliceOutsideItsTask) {
   expect_rejected(broken([](Plan& p) {
-                    p.ops[0].slice = Box{{{0, 5}, {0, 4}}};
+                    p.ops[0].pieces[0].slice = Box{{{0, 5}, {0, 4}}};
                   }),
                   "slice [0,5)x[0,4) is not a non-empty part of the task's slice [0,4)x[0,4)");
   expect_rejected(broken([](Plan& p) {
-                    p.ops[0].slice = Box{{{0, 4}}};
+                    p.ops[0].pieces[0].slice = Box{{{0, 4}}};
                   }),
                   "slice [0,4) is not a non-empty part");
 }

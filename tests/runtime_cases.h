@@ -70,6 +70,32 @@ inline std::vector<Batch> batches_on(int devices, unsigned seed, int count, int 
   return out;
 }
 
+// Weight-sync-like batches of many tiny tensors (tests/corpus.h) on exactly `devices` devices
+// (2 per host when that divides them), each planned with buckets of `bucket_bytes` for every
+// strategy; the plans together hold at least one bucket.
+inline std::vector<Plan> bucket_plans_on(int devices, unsigned seed, int batches,
+                                         int64_t bucket_bytes) {
+  std::mt19937 rng(seed);
+  const int per_host = devices % 2 == 0 ? 2 : 1;
+  std::vector<Plan> plans;
+  for (int i = 0; i < batches; ++i) {
+    const Batch batch =
+        tiny_tensor_batch(rng, 30 + static_cast<int>(rng() % 50), devices / per_host, per_host);
+    for (PlanOptions o : every_strategy()) {
+      o.bucket_bytes = bucket_bytes;
+      plans.push_back(make_plan(batch, o));
+    }
+  }
+  return plans;
+}
+
+inline int buckets_in(const std::vector<Plan>& plans) {
+  int buckets = 0;
+  for (const Plan& plan : plans)
+    for (const Op& op : plan.ops) buckets += op.pieces.size() > 1;
+  return buckets;
+}
+
 // Runs `plan` twice with fresh poison in the destination tiles and returns the elements that
 // are wrong, summed over every process of the executor.
 inline int64_t play_and_count_errors(Executor& executor, const Plan& plan) {
@@ -98,13 +124,12 @@ inline Resharding small_problem(const std::string& dst_spec, std::vector<DeviceI
   return p;
 }
 
-inline Op make_op(int id, OpKind kind, Box slice, std::optional<DeviceId> sender,
+inline Op hand_op(int id, OpKind kind, Box slice, std::optional<DeviceId> sender,
                   std::vector<DeviceId> receivers, int64_t chunk_bytes = 0) {
   const int64_t bytes = slice.volume() * 8;
   return Op{.id = id,
             .kind = kind,
-            .task = 0,
-            .slice = slice,
+            .pieces = {{0, 0, slice, bytes}},
             .bytes = bytes,
             .sender = sender,
             .receivers = std::move(receivers),
@@ -128,27 +153,27 @@ inline std::vector<NamedPlan> hand_written_plans() {
   std::vector<NamedPlan> plans;
   plans.push_back(
       {"chain through a relay outside the mesh, 8-byte chunks",
-       plan_of(small_problem("RS0"), {make_op(0, OpKind::broadcast, all, 0, {1, 2, 3}, 8)})});
+       plan_of(small_problem("RS0"), {hand_op(0, OpKind::broadcast, all, 0, {1, 2, 3}, 8)})});
   plans.push_back({"relay forwards what it staged",
-                   plan_of(small_problem("RS0"), {make_op(0, OpKind::send, cols_right, 0, {1}),
-                                                  make_op(1, OpKind::send, cols_left, 0, {2}),
-                                                  make_op(2, OpKind::send, cols_right, 1, {3})})});
+                   plan_of(small_problem("RS0"), {hand_op(0, OpKind::send, cols_right, 0, {1}),
+                                                  hand_op(1, OpKind::send, cols_left, 0, {2}),
+                                                  hand_op(2, OpKind::send, cols_right, 1, {3})})});
   plans.push_back(
       {"allgather of strided parts into replicated tiles",
-       plan_of(small_problem("RR"), {make_op(0, OpKind::send, allgather_part(all, 2, 0), 0, {2}),
-                                     make_op(1, OpKind::send, allgather_part(all, 2, 1), 0, {3}),
-                                     make_op(2, OpKind::allgather, all, std::nullopt, {2, 3})})});
+       plan_of(small_problem("RR"), {hand_op(0, OpKind::send, allgather_part(all, 2, 0), 0, {2}),
+                                     hand_op(1, OpKind::send, allgather_part(all, 2, 1), 0, {3}),
+                                     hand_op(2, OpKind::allgather, all, std::nullopt, {2, 3})})});
   // Device 3 is outside the destination mesh [2, 1]; 2 forwards what the allgather staged.
   plans.push_back({"allgather into staging, then forwarded",
                    plan_of(small_problem("RS0", {2, 1}),
-                           {make_op(0, OpKind::send, cols_left, 0, {2}),
-                            make_op(1, OpKind::send, cols_right, 0, {3}),
-                            make_op(2, OpKind::allgather, all, std::nullopt, {2, 3}),
-                            make_op(3, OpKind::send, cols_right, 2, {1})})});
+                           {hand_op(0, OpKind::send, cols_left, 0, {2}),
+                            hand_op(1, OpKind::send, cols_right, 0, {3}),
+                            hand_op(2, OpKind::allgather, all, std::nullopt, {2, 3}),
+                            hand_op(3, OpKind::send, cols_right, 2, {1})})});
   plans.push_back(
       {"copy on a device in both meshes",
-       plan_of(small_problem("RS0", {0, 3}), {make_op(0, OpKind::copy, cols_left, 0, {0}),
-                                              make_op(1, OpKind::send, cols_right, 0, {3})})});
+       plan_of(small_problem("RS0", {0, 3}), {hand_op(0, OpKind::copy, cols_left, 0, {0}),
+                                              hand_op(1, OpKind::send, cols_right, 0, {3})})});
   return plans;
 }
 

@@ -48,6 +48,18 @@ TEST(LocalExecutorTest, RandomBatchesDeliverEveryElementOfEveryTensor) {
   }
 }
 
+TEST(LocalExecutorTest, BucketsOfTinyTensorsDeliverEveryElement) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  for (int devices : {2, 4, 6, 8})
+    for (int64_t bucket : {int64_t{96}, int64_t{1} << 20}) {
+      const auto plans = testing::bucket_plans_on(devices, 100 + devices, 3, bucket);
+      EXPECT_GT(testing::buckets_in(plans), 0) << devices << " devices, buckets of " << bucket;
+      for (size_t i = 0; i < plans.size(); ++i)
+        ASSERT_EQ(testing::play_and_count_errors(*executor, plans[i]), 0)
+            << devices << " devices, buckets of " << bucket << ", plan " << i;
+    }
+}
+
 TEST(LocalExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
   for (int threads : {1, 4}) {
     auto executor = make_local_executor({.threads = threads, .split_bytes = 16});

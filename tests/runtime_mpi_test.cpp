@@ -41,6 +41,20 @@ TEST(MpiExecutorTest, RandomBatchesDeliverEveryElementOfEveryTensor) {
           << "batch " << i << " " << testing::describe(o);
 }
 
+TEST(MpiExecutorTest, BucketsOfTinyTensorsDeliverEveryElement) {
+  auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
+  for (int64_t bucket : {int64_t{96}, int64_t{1} << 20}) {
+    const auto plans = testing::bucket_plans_on(ranks, 7, 2, bucket);
+    ASSERT_GT(testing::buckets_in(plans), 0) << "buckets of " << bucket;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      ASSERT_EQ(testing::play_and_count_errors(*world, plans[i]), 0)
+          << "buckets of " << bucket << ", plan " << i;
+      ASSERT_EQ(testing::play_and_count_errors(*bcast, plans[i]), 0)
+          << "MPI_Bcast, buckets of " << bucket << ", plan " << i;
+    }
+  }
+}
+
 TEST(MpiExecutorTest, BroadcastsOnMpiBcastCommunicatorsDeliverEveryElement) {
   auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
   for (const Resharding& p : corpus_for_this_run())

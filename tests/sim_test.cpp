@@ -36,7 +36,7 @@ Plan plan_on(const Cluster& c) {
 Op op(OpKind kind, std::optional<DeviceId> sender, std::vector<DeviceId> receivers,
       int64_t bytes = kBytes, int64_t chunk = 0) {
   return Op{.kind = kind,
-            .slice = Box{{{0, bytes}}},
+            .pieces = {{0, 0, Box{{{0, bytes}}}, bytes}},
             .bytes = bytes,
             .sender = sender,
             .receivers = std::move(receivers),

@@ -13,14 +13,14 @@ TEST(SimTraceTest, DeviceTracksHoldTheirOpsAndNicCountersFollowTheRates) {
   const int64_t bytes = 125'000'000;  // 0.1 s on a 10 Gbps NIC
   plan.ops.push_back(Op{.id = 0,
                         .kind = OpKind::broadcast,
-                        .slice = Box{{{0, bytes}}},
+                        .pieces = {{0, 0, Box{{{0, bytes}}}, bytes}},
                         .bytes = bytes,
                         .sender = 0,
                         .receivers = {2, 4},
                         .chunk_bytes = 1 << 20});
   plan.ops.push_back(Op{.id = 1,
                         .kind = OpKind::send,
-                        .slice = Box{{{0, bytes}}},
+                        .pieces = {{0, 0, Box{{{0, bytes}}}, bytes}},
                         .bytes = bytes,
                         .sender = 1,
                         .receivers = {0}});

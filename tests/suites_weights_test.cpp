@@ -61,7 +61,7 @@ TEST(WeightsTest, JointAndPerTensorPlansMoveEveryElementOnTheLocalBackend) {
 std::map<std::pair<int, DeviceId>, int64_t> received(const Plan& plan) {
   std::map<std::pair<int, DeviceId>, int64_t> out;
   for (const auto& op : plan.ops)
-    for (DeviceId r : op.receivers) out[{op.tensor, r}] += op.bytes;
+    for (DeviceId r : op.receivers) out[{op.pieces[0].tensor, r}] += op.bytes;
   return out;
 }
 
@@ -76,12 +76,12 @@ TEST(WeightsTest, FullBroadcastSendsEverySourceShardWholeToEveryDestinationDevic
     for (DeviceId d : t.dst.mesh.devices()) EXPECT_EQ(got.at({i, d}), t.tensor.bytes());
   }
   for (const auto& op : plan.ops) {
-    const auto& t = batch.tensors[op.tensor];
+    const auto& t = batch.tensors[op.pieces[0].tensor];
     // The sender is a source device whose tile is exactly the op's slice.
     const auto& devices = t.src.mesh.devices();
     const auto at = std::find(devices.begin(), devices.end(), *op.sender);
     ASSERT_NE(at, devices.end());
-    EXPECT_EQ(tile_at(t.tensor, t.src, at - devices.begin()), op.slice);
+    EXPECT_EQ(tile_at(t.tensor, t.src, at - devices.begin()), op.pieces[0].slice);
     EXPECT_EQ(op.receivers, t.dst.mesh.devices());
   }
   // The receivers keep only their slice of what arrives: more than a plan may deliver.
@@ -95,15 +95,15 @@ TEST(WeightsTest, GatherBroadcastGathersOnTheFirstSourceDeviceThenBroadcastsTheW
   std::map<int, int64_t> gathered;  // tensor -> bytes sent to the root
   std::map<int, int> broadcasts;
   for (const auto& op : plan.ops) {
-    const auto& t = batch.tensors[op.tensor];
+    const auto& t = batch.tensors[op.pieces[0].tensor];
     const DeviceId root = t.src.mesh.device_at(0);
     if (op.receivers == std::vector<DeviceId>{root}) {
-      EXPECT_EQ(broadcasts[op.tensor], 0) << "gather after the broadcast of " << t.name;
-      gathered[op.tensor] += op.bytes;
+      EXPECT_EQ(broadcasts[op.pieces[0].tensor], 0) << "gather after the broadcast of " << t.name;
+      gathered[op.pieces[0].tensor] += op.bytes;
     } else {
-      ++broadcasts[op.tensor];
+      ++broadcasts[op.pieces[0].tensor];
       EXPECT_EQ(*op.sender, root);
-      EXPECT_EQ(op.slice, full_box(t.tensor.shape));
+      EXPECT_EQ(op.pieces[0].slice, full_box(t.tensor.shape));
       EXPECT_EQ(op.receivers, t.dst.mesh.devices());
     }
   }

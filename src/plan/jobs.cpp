@@ -36,13 +36,8 @@ void add_host_group(Job& job, const UnitTask& task, const std::vector<DeviceId>&
                              task.senders,
                              /*splittable=*/false});
   }
-  job.then.push_back(Op{.kind = OpKind::allgather,
-                        .tensor = job.tensor,
-                        .task = job.task,
-                        .slice = task.slice,
-                        .bytes = task.bytes,
-                        .sender = std::nullopt,
-                        .receivers = group});
+  job.then.push_back(make_op(OpKind::allgather, {{job.tensor, job.task, task.slice, task.bytes}},
+                             std::nullopt, group));
 }
 
 // The job of task `index` of `tensor`.
@@ -51,13 +46,7 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
   std::vector<DeviceId> others;  // receivers that do not hold the slice yet
   for (DeviceId r : task.receivers) {
     if (holds(task.senders, r))
-      job.then.push_back(Op{.kind = OpKind::copy,
-                            .tensor = tensor,
-                            .task = index,
-                            .slice = task.slice,
-                            .bytes = task.bytes,
-                            .sender = r,
-                            .receivers = {r}});
+      job.then.push_back(make_op(OpKind::copy, {{tensor, index, task.slice, task.bytes}}, r, {r}));
     else
       others.push_back(r);
   }
@@ -122,26 +111,25 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int hb = cluster.host_of(b);
     return std::pair(ha != home, ha) < std::pair(hb != home, hb);
   });
-  Op op{.kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast,
-        .tensor = job.tensor,
-        .task = job.task,
-        .slice = slice,
-        .bytes = slice.volume() * element,
-        .sender = sender,
-        .receivers = std::move(chain)};
-  if (op.kind == OpKind::broadcast) {
-    double rate = cluster.device_bandwidth_of(sender);
-    DeviceId prev = sender;
-    for (DeviceId r : op.receivers) {
-      rate = std::min(rate, hop_rate(cluster, prev, r));
-      prev = r;
-    }
-    op.chunk_bytes = chunk_bytes > 0
-                         ? std::min(chunk_bytes, op.bytes)
-                         : best_chunk_bytes(op.bytes, static_cast<int>(op.receivers.size()), rate,
-                                            cluster.latency, element);
-  }
+  // (the kind first: the chain is moved into the op)
+  const OpKind kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast;
+  Op op = make_op(kind, {make_piece(batch, job.tensor, job.task, slice)}, sender, std::move(chain));
+  if (op.kind == OpKind::broadcast)
+    op.chunk_bytes = chain_chunk_bytes(op, cluster, chunk_bytes, element);
   return op;
+}
+
+int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_bytes,
+                          int element_size) {
+  double rate = cluster.device_bandwidth_of(*op.sender);
+  DeviceId prev = *op.sender;
+  for (DeviceId r : op.receivers) {
+    rate = std::min(rate, hop_rate(cluster, prev, r));
+    prev = r;
+  }
+  return chunk_bytes > 0 ? std::min(chunk_bytes, op.bytes)
+                         : best_chunk_bytes(op.bytes, static_cast<int>(op.receivers.size()), rate,
+                                            cluster.latency, element_size);
 }
 
 int split_parts(const Transfer& transfer, int holder_hosts) {

@@ -40,6 +40,11 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
                const Batch& batch, int64_t chunk_bytes);
 
+// The pipelining chunk of broadcast `op`: `chunk_bytes` when > 0 (at most the message), else the
+// cost model's best for its chain, in whole elements of `element_size` bytes.
+int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_bytes,
+                          int element_size);
+
 // Parts a split of `transfer` is cut into: one per host holding it, fewer when its longest
 // dimension is too short to give every part an element. 1 means it cannot be split.
 int split_parts(const Transfer& transfer, int holder_hosts);

@@ -289,11 +289,15 @@ json plan_to_json(const Plan& plan) {
   j.update(batch_to_json(plan.batch));
   json ops = json::array();
   for (const auto& op : plan.ops) {
+    json pieces = json::array();
+    for (const Piece& p : op.pieces)
+      pieces.push_back({{"tensor", p.tensor},
+                        {"task", p.task},
+                        {"slice", box_to_json(p.slice)},
+                        {"bytes", p.bytes}});
     ops.push_back({{"id", op.id},
                    {"kind", to_string(op.kind)},
-                   {"tensor", op.tensor},
-                   {"task", op.task},
-                   {"slice", box_to_json(op.slice)},
+                   {"pieces", std::move(pieces)},
                    {"bytes", op.bytes},
                    {"sender", op.sender ? json(*op.sender) : json(nullptr)},
                    {"receivers", op.receivers},
@@ -324,15 +328,34 @@ Plan plan_from_json(const json& j) {
     for (size_t i = 0; i < ops.size(); ++i) {
       const json& o = ops[i];
       const std::string where = fmt::format("ops[{}]", i);
-      check_keys(o, where, {"id", "kind", "task", "slice", "bytes", "receivers"},
-                 {"tensor", "sender", "chunk_bytes"});
+      // Ops written before buckets existed hold their one piece's tensor, task and slice.
+      const bool of_pieces = o.is_object() && o.contains("pieces");
+      if (of_pieces)
+        check_keys(o, where, {"id", "kind", "pieces", "bytes", "receivers"},
+                   {"sender", "chunk_bytes"});
+      else
+        check_keys(o, where, {"id", "kind", "task", "slice", "bytes", "receivers"},
+                   {"tensor", "sender", "chunk_bytes"});
       Op op;
       op.id = field<int>(o, "id", where);
       op.kind = parse_op_kind(field<std::string>(o, "kind", where));
-      op.tensor = field_or<int>(o, "tensor", where, 0);
-      op.task = field<int>(o, "task", where);
-      op.slice = box_from_json(field<json>(o, "slice", where));
       op.bytes = field<int64_t>(o, "bytes", where);
+      if (of_pieces) {
+        const json& pieces = o.at("pieces");
+        if (!pieces.is_array() || pieces.empty())
+          throw ParseError(fmt::format("{}: 'pieces' must be a non-empty array", where));
+        for (size_t k = 0; k < pieces.size(); ++k) {
+          const json& p = pieces[k];
+          const std::string at = fmt::format("{}.pieces[{}]", where, k);
+          check_keys(p, at, {"tensor", "task", "slice", "bytes"}, {});
+          op.pieces.push_back({field<int>(p, "tensor", at), field<int>(p, "task", at),
+                               box_from_json(field<json>(p, "slice", at)),
+                               field<int64_t>(p, "bytes", at)});
+        }
+      } else {
+        op.pieces.push_back({field_or<int>(o, "tensor", where, 0), field<int>(o, "task", where),
+                             box_from_json(field<json>(o, "slice", where)), op.bytes});
+      }
       if (o.contains("sender") && !o.at("sender").is_null())
         op.sender = field<DeviceId>(o, "sender", where);
       op.receivers = field<std::vector<DeviceId>>(o, "receivers", where);

@@ -63,6 +63,21 @@ Balance parse_balance(std::string_view text) {
   return parse_name(kBalances, text, "balance");
 }
 
+Piece make_piece(const Batch& batch, int tensor, int task, const Box& slice) {
+  return {tensor, task, slice, slice.volume() * dtype_size(batch.tensors[tensor].tensor.dtype)};
+}
+
+Op make_op(OpKind kind, std::vector<Piece> pieces, std::optional<DeviceId> sender,
+           std::vector<DeviceId> receivers) {
+  int64_t bytes = 0;
+  for (const Piece& p : pieces) bytes += p.bytes;
+  return {.kind = kind,
+          .pieces = std::move(pieces),
+          .bytes = bytes,
+          .sender = sender,
+          .receivers = std::move(receivers)};
+}
+
 Box allgather_part(const Box& slice, int parts, int index) {
   int longest = 0;
   for (int d = 1; d < slice.rank(); ++d)
@@ -71,6 +86,19 @@ Box allgather_part(const Box& slice, int parts, int index) {
   const Interval local = chunk_part(slice.dims[longest].size(), parts, index);
   part.dims[longest] = {slice.dims[longest].lo + local.lo, slice.dims[longest].lo + local.hi};
   return part;
+}
+
+Box allgather_part(const Piece& piece, int parts, int index) {
+  return allgather_part(piece.slice, parts, index);
+}
+
+int64_t allgather_part_bytes(const Op& op, const Batch& batch, int index) {
+  const int n = static_cast<int>(op.receivers.size());
+  int64_t bytes = 0;
+  for (const Piece& p : op.pieces)
+    bytes +=
+        allgather_part(p, n, index).volume() * dtype_size(batch.tensors[p.tensor].tensor.dtype);
+  return bytes;
 }
 
 }  // namespace meshcast

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "balance.h"
+#include "bucket.h"
 #include "jobs.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/estimate.h"
@@ -17,6 +18,10 @@ Balance effective_balance(const PlanOptions& options) {
   return options.strategy == Strategy::broadcast ? Balance::order : Balance::size;
 }
 
+int64_t default_bucket_bytes(const Cluster& cluster) {
+  return std::llround(99 * cluster.latency * cluster.nic_bandwidth);
+}
+
 Plan make_plan(const Batch& batch, const PlanOptions& options) {
   batch.validate();
   if (options.chunk_bytes < 0)
@@ -25,6 +30,9 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   if (!(options.search_effort >= 0) || std::isinf(options.search_effort))
     throw InvalidArgument(
         fmt::format("bad search effort {}: expected >= 0", options.search_effort));
+  if (options.bucket_bytes && *options.bucket_bytes < 0)
+    throw InvalidArgument(
+        fmt::format("bad bucket bytes {}: expected >= 0 (0 = no buckets)", *options.bucket_bytes));
   const auto tasks = decompose(batch);
   const auto jobs = detail::make_jobs(batch, tasks, options.strategy);
 
@@ -43,6 +51,9 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
       plan.ops = detail::balance_order(batch, jobs, options);
       break;
   }
+  plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
+                                options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
+                                options.chunk_bytes);
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
   plan.lower_bound_s = lower_bound(batch, tasks);
   for (const HostTraffic& h : host_traffic(plan)) plan.network_bytes += h.out_bytes;

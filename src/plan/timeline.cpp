@@ -62,8 +62,7 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
       const int n = static_cast<int>(op.receivers.size());
       double rate = cluster.device_bandwidth_of(op.receivers[0]);
       for (DeviceId r : op.receivers) rate = std::min(rate, cluster.device_bandwidth_of(r));
-      const auto part = static_cast<double>(allgather_part(op.slice, n, 0).volume() *
-                                            dtype_size(batch_->tensors[op.tensor].tensor.dtype));
+      const auto part = static_cast<double>(allgather_part_bytes(op, *batch_, 0));
       cost.resources = op.receivers;
       cost.duration = (n - 1) * (lat + part / rate);
       break;

@@ -66,12 +66,24 @@ class Checker {
     return fmt::format("{} task {}", tensor_label(plan_.batch, tensor), task);
   }
 
-  [[noreturn]] void fail(const Op& op, const std::string& what) const {
+  // "op 3 (send of task 2)"; for an op of several pieces "op 3 (send, piece 1 of 4: task 2)".
+  std::string op_label(const Op& op, int piece) const {
+    const int n = static_cast<int>(op.pieces.size());
+    if (piece < 0 || piece >= n)
+      return fmt::format("op {} ({} of {} pieces)", op.id, to_string(op.kind), n);
+    const Piece& p = op.pieces[piece];
     const bool known_tensor =
-        op.tensor >= 0 && op.tensor < static_cast<int>(plan_.batch.tensors.size());
-    throw InvalidArgument(fmt::format(
-        "op {} ({} of {}): {}", op.id, to_string(op.kind),
-        known_tensor ? task_label(op.tensor, op.task) : fmt::format("tensor {}", op.tensor), what));
+        p.tensor >= 0 && p.tensor < static_cast<int>(plan_.batch.tensors.size());
+    const std::string what =
+        known_tensor ? task_label(p.tensor, p.task) : fmt::format("tensor {}", p.tensor);
+    if (n == 1) return fmt::format("op {} ({} of {})", op.id, to_string(op.kind), what);
+    return fmt::format("op {} ({}, piece {} of {}: {})", op.id, to_string(op.kind), piece, n, what);
+  }
+
+  // A problem of the whole op, or of its piece `piece`.
+  [[noreturn]] void fail(const Op& op, const std::string& what, int piece = -1) const {
+    throw InvalidArgument(
+        fmt::format("{}: {}", op_label(op, op.pieces.size() == 1 ? 0 : piece), what));
   }
 
   std::vector<Received>& received(DeviceId d, int tensor, int task) {
@@ -123,28 +135,45 @@ class Checker {
     }
   }
 
+  void check_piece(const Op& op, int index) const {
+    const Piece& p = op.pieces[index];
+    if (p.tensor < 0 || p.tensor >= static_cast<int>(tasks_.size()))
+      fail(op,
+           fmt::format("tensor {} does not exist: the batch has {} tensors", p.tensor,
+                       tasks_.size()),
+           index);
+    const auto& tasks = tasks_[p.tensor];
+    if (p.task < 0 || p.task >= static_cast<int>(tasks.size()))
+      fail(op,
+           fmt::format(
+               "task {} does not exist: the {} has {} unit tasks", p.task,
+               tasks_.size() == 1 ? std::string("problem") : tensor_label(plan_.batch, p.tensor),
+               tasks.size()),
+           index);
+    const UnitTask& task = tasks[p.task];
+    if (p.slice.rank() != task.slice.rank() || p.slice.empty() || !task.slice.contains(p.slice))
+      fail(op,
+           fmt::format("slice {} is not a non-empty part of the task's slice {}",
+                       to_string(p.slice), to_string(task.slice)),
+           index);
+    const int64_t bytes = p.slice.volume() * dtype_size(plan_.batch.tensors[p.tensor].tensor.dtype);
+    if (p.bytes != bytes)
+      fail(op, fmt::format("bytes {} do not match the slice's {}", p.bytes, bytes), index);
+  }
+
   void check_op(int index, const Op& op) {
     if (op.id != index)
       throw InvalidArgument(fmt::format(
           "op at position {} has id {}: expected ids 0..n-1 in plan order", index, op.id));
-    if (op.tensor < 0 || op.tensor >= static_cast<int>(tasks_.size()))
-      fail(op, fmt::format("tensor {} does not exist: the batch has {} tensors", op.tensor,
-                           tasks_.size()));
-    const auto& tasks = tasks_[op.tensor];
-    if (op.task < 0 || op.task >= static_cast<int>(tasks.size()))
-      fail(op, fmt::format("task {} does not exist: the {} has {} unit tasks", op.task,
-                           tasks_.size() == 1 ? std::string("problem")
-                                              : tensor_label(plan_.batch, op.tensor),
-                           tasks.size()));
-    const UnitTask& task = tasks[op.task];
-    const auto& dst = dst_[op.tensor];
-    if (op.slice.rank() != task.slice.rank() || op.slice.empty() || !task.slice.contains(op.slice))
-      fail(op, fmt::format("slice {} is not a non-empty part of the task's slice {}",
-                           to_string(op.slice), to_string(task.slice)));
-    const int64_t bytes =
-        op.slice.volume() * dtype_size(plan_.batch.tensors[op.tensor].tensor.dtype);
+    if (op.pieces.empty()) fail(op, "has no pieces: expected at least one");
+    int64_t bytes = 0;
+    for (int i = 0; i < static_cast<int>(op.pieces.size()); ++i) {
+      check_piece(op, i);
+      bytes += op.pieces[i].bytes;
+    }
     if (op.bytes != bytes)
-      fail(op, fmt::format("bytes {} do not match the slice's {}", op.bytes, bytes));
+      fail(op, fmt::format("bytes {} do not match the {} {}", op.bytes,
+                           op.pieces.size() == 1 ? "slice's" : "pieces'", bytes));
     if (op.chunk_bytes < 0) fail(op, fmt::format("chunk_bytes {} is negative", op.chunk_bytes));
     const bool wants_sender = op.kind != OpKind::allgather;
     if (op.sender.has_value() != wants_sender)
@@ -156,42 +185,63 @@ class Checker {
         fail(op, fmt::format("receiver {} is listed twice", r));
       if (op.kind != OpKind::copy && op.sender == r)
         fail(op, fmt::format("device {} is both sender and receiver; use a copy", r));
-      if (!find_tile(dst, r))
-        fail(op, fmt::format("receiver {} is not in the destination mesh", r));
+      for (int i = 0; i < static_cast<int>(op.pieces.size()); ++i)
+        if (!find_tile(dst_[op.pieces[i].tensor], r))
+          fail(op, fmt::format("receiver {} is not in the destination mesh", r), i);
     }
     check_shape(op);
 
-    // What each receiver gets from this op, checked against what it held before it.
-    std::vector<std::pair<DeviceId, Box>> gets;
-    if (op.kind == OpKind::allgather) {
-      const int n = static_cast<int>(op.receivers.size());
-      for (int i = 0; i < n; ++i) {
-        const Box own = allgather_part(op.slice, n, i);
-        if (!own.empty() && !holds(op.receivers[i], op.tensor, op.task, own))
-          fail(op, fmt::format("device {} does not hold its part {} before the allgather",
-                               op.receivers[i], to_string(own)));
-        for (int j = 0; j < n; ++j) {
-          const Box part = allgather_part(op.slice, n, j);
-          if (j != i && !part.empty()) gets.emplace_back(op.receivers[i], part);
+    // What each receiver gets from each piece, checked against what it held before the op.
+    struct Get {
+      int piece;
+      DeviceId device;
+      Box box;
+    };
+    std::vector<Get> gets;
+    for (int p = 0; p < static_cast<int>(op.pieces.size()); ++p) {
+      const Piece& piece = op.pieces[p];
+      if (op.kind == OpKind::allgather) {
+        const int n = static_cast<int>(op.receivers.size());
+        for (int i = 0; i < n; ++i) {
+          const Box own = allgather_part(piece, n, i);
+          if (!own.empty() && !holds(op.receivers[i], piece.tensor, piece.task, own))
+            fail(op,
+                 fmt::format("device {} does not hold its part {} before the allgather",
+                             op.receivers[i], to_string(own)),
+                 p);
+          for (int j = 0; j < n; ++j) {
+            const Box part = allgather_part(piece, n, j);
+            if (j != i && !part.empty()) gets.push_back({p, op.receivers[i], part});
+          }
         }
+      } else {
+        if (!holds(*op.sender, piece.tensor, piece.task, piece.slice))
+          fail(op,
+               fmt::format("sender {} does not hold {} at that point", *op.sender,
+                           to_string(piece.slice)),
+               p);
+        for (DeviceId r : op.receivers) gets.push_back({p, r, piece.slice});
       }
-    } else {
-      if (!holds(*op.sender, op.tensor, op.task, op.slice))
-        fail(op, fmt::format("sender {} does not hold {} at that point", *op.sender,
-                             to_string(op.slice)));
-      for (DeviceId r : op.receivers) gets.emplace_back(r, op.slice);
     }
-    for (const auto& [d, box] : gets) {
-      const Box& tile = *find_tile(dst, d);
-      if (!tile.contains(box))
-        fail(op, fmt::format("device {} receives {} outside its destination tile {}", d,
-                             to_string(box), to_string(tile)));
-      for (const Received& r : received(d, op.tensor, op.task))
-        if (!intersect(r.box, box).empty())
-          fail(op, fmt::format("device {} receives {} a second time (op {} delivered it)", d,
-                               to_string(intersect(r.box, box)), r.op));
+    // Checked one after the other, so that two pieces of the op delivering one element are
+    // caught too.
+    for (const Get& get : gets) {
+      const Piece& piece = op.pieces[get.piece];
+      const Box& tile = *find_tile(dst_[piece.tensor], get.device);
+      if (!tile.contains(get.box))
+        fail(op,
+             fmt::format("device {} receives {} outside its destination tile {}", get.device,
+                         to_string(get.box), to_string(tile)),
+             get.piece);
+      auto& receipts = received(get.device, piece.tensor, piece.task);
+      for (const Received& r : receipts)
+        if (!intersect(r.box, get.box).empty())
+          fail(op,
+               fmt::format("device {} receives {} a second time (op {} delivered it)", get.device,
+                           to_string(intersect(r.box, get.box)), r.op),
+               get.piece);
+      receipts.push_back({get.box, op.id});
     }
-    for (const auto& [d, box] : gets) received(d, op.tensor, op.task).push_back({box, op.id});
   }
 
   // Each destination tile is the union of the slices of the tasks its device receives.

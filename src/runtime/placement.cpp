@@ -27,10 +27,16 @@ void check_op_shape(const Op& op, const Batch& batch, int index) {
     throw InvalidArgument(
         fmt::format("plan op {} (id {}, {}): {}", index, op.id, to_string(op.kind), what));
   };
-  if (op.tensor < 0 || op.tensor >= static_cast<int>(batch.tensors.size()))
-    fail(fmt::format("tensor {} does not exist: the batch has {} tensors", op.tensor,
-                     batch.tensors.size()));
-  const TensorSpec& tensor = batch.tensors[op.tensor].tensor;
+  if (op.pieces.empty()) fail("has no pieces");
+  for (const Piece& piece : op.pieces) {
+    if (piece.tensor < 0 || piece.tensor >= static_cast<int>(batch.tensors.size()))
+      fail(fmt::format("tensor {} does not exist: the batch has {} tensors", piece.tensor,
+                       batch.tensors.size()));
+    const TensorSpec& tensor = batch.tensors[piece.tensor].tensor;
+    if (!full_box(tensor.shape).contains(piece.slice) || piece.slice.empty())
+      fail(fmt::format("slice {} is empty or outside the tensor {}", to_string(piece.slice),
+                       shape_to_string(tensor.shape, 'x')));
+  }
   const Cluster& cluster = batch.cluster;
   if (op.receivers.empty()) fail("has no receivers");
   if (op.kind == OpKind::allgather) {
@@ -50,9 +56,6 @@ void check_op_shape(const Op& op, const Batch& batch, int index) {
   std::sort(devices.begin(), devices.end());
   if (auto dup = std::adjacent_find(devices.begin(), devices.end()); dup != devices.end())
     fail(fmt::format("device {} appears twice", *dup));
-  if (!full_box(tensor.shape).contains(op.slice) || op.slice.empty())
-    fail(fmt::format("slice {} is empty or outside the tensor {}", to_string(op.slice),
-                     shape_to_string(tensor.shape, 'x')));
 }
 
 // What each device holds of each tensor, in the order it received it, read by find_holding (the
@@ -109,35 +112,46 @@ Placement place_plan(const Plan& plan) {
   for (int k = 0; k < static_cast<int>(plan.ops.size()); ++k) {
     const Op& op = plan.ops[k];
     check_op_shape(op, batch, k);
-    const int t = op.tensor;
-    const auto& tiles = out.tiles[t];
     for (DeviceId d : participants(op))
       if (out.ops_of[d].empty() || out.ops_of[d].back() != k) out.ops_of[d].push_back(k);
+    // Every piece is found where its holder has it before the op: no piece of an op is
+    // delivered before the op starts.
     OpPlacement placed;
     const int n = static_cast<int>(op.receivers.size());
-    if (op.kind == OpKind::allgather) {
-      for (int i = 0; i < n; ++i) {
-        const Box part = allgather_part(op.slice, n, i);
-        const DeviceId r = op.receivers[i];
-        placed.part_sources.push_back(part.empty() ? Place{r, BufferKind::src, -1, tiles[r].src, t}
-                                                   : holdings.find(r, t, part, op));
-      }
-    } else {
-      placed.source = holdings.find(*op.sender, t, op.slice, op);
-    }
-    for (DeviceId r : op.receivers) {
-      const Box& tile = tiles[r].dst;
-      if (tile.contains(op.slice)) {
-        placed.targets.push_back({r, BufferKind::dst, -1, tile, t});
-        placed.spills.push_back(std::nullopt);
+    for (const Piece& piece : op.pieces) {
+      const int t = piece.tensor;
+      const auto& tiles = out.tiles[t];
+      PiecePlacement at;
+      if (op.kind == OpKind::allgather) {
+        for (int i = 0; i < n; ++i) {
+          const Box part = allgather_part(piece, n, i);
+          const DeviceId r = op.receivers[i];
+          at.part_sources.push_back(part.empty() ? Place{r, BufferKind::src, -1, tiles[r].src, t}
+                                                 : holdings.find(r, t, part, op));
+        }
       } else {
-        out.staging[r].push_back({t, op.slice});
-        placed.targets.push_back(
-            {r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1, op.slice, t});
-        const Box spill = intersect(op.slice, tile);
-        placed.spills.push_back(spill.empty() ? std::nullopt : std::optional(spill));
+        at.source = holdings.find(*op.sender, t, piece.slice, op);
       }
-      holdings.add(op.slice, placed.targets.back());
+      placed.pieces.push_back(std::move(at));
+    }
+    for (size_t p = 0; p < op.pieces.size(); ++p) {
+      const Piece& piece = op.pieces[p];
+      const int t = piece.tensor;
+      PiecePlacement& at = placed.pieces[p];
+      for (DeviceId r : op.receivers) {
+        const Box& tile = out.tiles[t][r].dst;
+        if (tile.contains(piece.slice)) {
+          at.targets.push_back({r, BufferKind::dst, -1, tile, t});
+          at.spills.push_back(std::nullopt);
+        } else {
+          out.staging[r].push_back({t, piece.slice});
+          at.targets.push_back({r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1,
+                                piece.slice, t});
+          const Box spill = intersect(piece.slice, tile);
+          at.spills.push_back(spill.empty() ? std::nullopt : std::optional(spill));
+        }
+        holdings.add(piece.slice, at.targets.back());
+      }
     }
     out.ops.push_back(std::move(placed));
   }

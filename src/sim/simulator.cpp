@@ -68,7 +68,7 @@ void check_shape(const Op& op) {
 // Builds the flow of one op (docs/simulator.md): a send is one hop; a broadcast a chain
 // sender -> r0 -> r1 ... moving at its slowest hop's rate after the pipeline fill; an allgather
 // a ring r0 -> r1 -> ... -> r0 of n-1 steps, each moving the largest part.
-OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int element_size) {
+OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const Batch& batch) {
   check_shape(op);
   OpModel m;
   if (op.sender) check_device(op, *op.sender, cluster);
@@ -110,8 +110,8 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, int e
       int64_t largest = 0;
       for (int i = 0; i < n; ++i) {
         // Device i forwards every part but its successor's own.
-        const int64_t next_part = allgather_part(op.slice, n, (i + 1) % n).volume() * element_size;
-        largest = std::max(largest, allgather_part(op.slice, n, i).volume() * element_size);
+        const int64_t next_part = allgather_part_bytes(op, batch, (i + 1) % n);
+        largest = std::max(largest, allgather_part_bytes(op, batch, i));
         hops.push_back({op.receivers[i], op.receivers[(i + 1) % n], op.bytes - next_part});
       }
       m.latency_s = (n - 1) * cluster.latency;
@@ -169,11 +169,12 @@ class Engine {
     const auto& tensors = batch.tensors;
     models_.reserve(n);
     for (const Op& op : ops) {
-      if (op.tensor < 0 || op.tensor >= static_cast<int>(tensors.size()))
-        throw InvalidArgument(
-            fmt::format("op {}: tensor {} does not exist: the batch has {} tensors", op.id,
-                        op.tensor, tensors.size()));
-      models_.push_back(model_op(op, net_, cluster, dtype_size(tensors[op.tensor].tensor.dtype)));
+      for (const Piece& piece : op.pieces)
+        if (piece.tensor < 0 || piece.tensor >= static_cast<int>(tensors.size()))
+          throw InvalidArgument(
+              fmt::format("op {}: tensor {} does not exist: the batch has {} tensors", op.id,
+                          piece.tensor, tensors.size()));
+      models_.push_back(model_op(op, net_, cluster, batch));
       steps_ += 1 + static_cast<int64_t>(models_.back().usages.size());
     }
     state_.resize(n);

@@ -34,12 +34,8 @@ WeightsCase model_case(std::string label, std::string name, const ModelConfig& c
 // pipelined in fixed chunks; a send when there is one receiver.
 Op baseline_op(const Batch& batch, int tensor, const Box& slice, DeviceId sender,
                const std::vector<DeviceId>& receivers) {
-  Op op{.kind = receivers.size() == 1 ? OpKind::send : OpKind::broadcast,
-        .tensor = tensor,
-        .slice = slice,
-        .bytes = slice.volume() * dtype_size(batch.tensors[tensor].tensor.dtype),
-        .sender = sender,
-        .receivers = receivers};
+  Op op = make_op(receivers.size() == 1 ? OpKind::send : OpKind::broadcast,
+                  {make_piece(batch, tensor, 0, slice)}, sender, receivers);
   if (op.kind == OpKind::broadcast) op.chunk_bytes = std::min(op.bytes, kBaselineChunkBytes);
   return op;
 }

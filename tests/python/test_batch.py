@@ -36,7 +36,7 @@ def test_batch_every_element(use_torch):
     tensors = batch()
     plan = mc.plan(tensors, cluster=CLUSTER)
     assert plan.tensors == list(tensors)
-    assert {op["tensor"] for op in plan.ops} == set(range(len(tensors)))
+    assert {p["tensor"] for op in plan.ops for p in op["pieces"]} == set(range(len(tensors)))
     xs = globals_of(tensors, use_torch)
     src = {name: mc.shard(xs[name], tensors[name][2]) for name in tensors}
     out = mc.Resharder(plan).run(src)

@@ -194,6 +194,11 @@ std::vector<CLI::Option*> add_plan_source_options(CLI::App& verb, PlanSourceOpti
       verb.add_option("--chunk-bytes", o.chunk_bytes, "Broadcast pipelining chunk (0: automatic)")
           ->capture_default_str()
           ->check(in_range(0)));
+  options.push_back(
+      verb.add_option("--bucket-bytes", o.bucket_bytes,
+                      "Fuse smaller sends of one sender and receiver chain into messages of up "
+                      "to this size (0: none; default: 99 x latency x NIC bandwidth)")
+          ->check(in_range(0)));
   auto* plan = verb.add_option("--plan", o.plan_file,
                                "Load this plan document instead of planning (it fixes the "
                                "layout, cluster and planner options, so they cannot be given)");
@@ -270,13 +275,19 @@ pipeline::Schedule load_schedule_file(const std::string& path) {
   }
 }
 
+PlanOptions PlanSourceOptions::plan_options() const {
+  PlanOptions options{.strategy = parse_strategy(strategy),
+                      .split = split,
+                      .chunk_bytes = chunk_bytes,
+                      .search_effort = search_effort};
+  if (!balance.empty()) options.balance = parse_balance(balance);
+  if (bucket_bytes >= 0) options.bucket_bytes = bucket_bytes;
+  return options;
+}
+
 Plan plan_from_options(const PlanSourceOptions& o) {
   if (!o.plan_file.empty()) return load_plan_file(o.plan_file);
-  PlanOptions options{.strategy = parse_strategy(o.strategy),
-                      .split = o.split,
-                      .chunk_bytes = o.chunk_bytes,
-                      .search_effort = o.search_effort};
-  if (!o.balance.empty()) options.balance = parse_balance(o.balance);
+  const PlanOptions options = o.plan_options();
   if (!o.batch_file.empty()) return make_plan(load_batch_file(o.batch_file), options);
   return make_plan(make_resharding(o.layout, o.cluster), options);
 }

@@ -9,6 +9,7 @@
 
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/plan.h"
+#include "meshcast/plan/planner.h"
 #include "meshcast/tasks/unit_task.h"
 
 namespace meshcast::cli {
@@ -56,13 +57,17 @@ struct PlanSourceOptions {
   bool split = false;
   double search_effort = 1;
   int64_t chunk_bytes = 0;
-  std::string plan_file;   // --plan: a plan document replaces all options above
-  std::string batch_file;  // --batch: a batch file replaces the layout and cluster options
+  int64_t bucket_bytes = -1;  // -1: default_bucket_bytes of the cluster
+  std::string plan_file;      // --plan: a plan document replaces all options above
+  std::string batch_file;     // --batch: a batch file replaces the layout and cluster options
+
+  // The planner options of the command line (strategy, balance, split, chunk, bucket, effort).
+  PlanOptions plan_options() const;
 };
 
 // Adds the layout and cluster options, --strategy, --balance, --split, --search-effort,
-// --chunk-bytes, --plan and --batch; --plan excludes all the others and --batch the layout and
-// cluster options. Returns them all.
+// --chunk-bytes, --bucket-bytes, --plan and --batch; --plan excludes all the others and --batch the
+// layout and cluster options. Returns them all.
 std::vector<CLI::Option*> add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
 // Reads a plan document (docs/json.md) and validates it. Throws ParseError or InvalidArgument
 // naming the file and the problem.

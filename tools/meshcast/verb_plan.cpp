@@ -29,8 +29,11 @@ void print_ops(const Plan& plan, int limit) {
   if (shown > 0) fmt::print("first {} ops:\n", shown);
   for (int i = 0; i < shown; ++i) {
     const Op& op = plan.ops[i];
-    fmt::print("  {:>5} {:<9} tensor {:>3} task {:>4} {} {} from {} to [{}]{}\n", op.id,
-               to_string(op.kind), op.tensor, op.task, to_string(op.slice),
+    const Piece& first = op.pieces.at(0);
+    const std::string more =
+        op.pieces.size() > 1 ? fmt::format(" +{} pieces", op.pieces.size() - 1) : "";
+    fmt::print("  {:>5} {:<9} tensor {:>3} task {:>4} {}{} {} from {} to [{}]{}\n", op.id,
+               to_string(op.kind), first.tensor, first.task, to_string(first.slice), more,
                human_bytes(static_cast<double>(op.bytes)),
                op.sender ? fmt::format("{}", *op.sender) : "-", fmt::join(op.receivers, ","),
                op.chunk_bytes > 0

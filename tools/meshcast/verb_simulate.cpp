@@ -69,11 +69,10 @@ Report run_simulation(const SimulateOptions& o) {
     batch.validate();
     if (o.source.plan_file.empty()) {
       // Plan again for the cluster it will run on: balance=order weighs hosts by bandwidth.
-      r.plan = make_plan(batch, PlanOptions{.strategy = r.plan.strategy,
-                                            .balance = r.plan.balance,
-                                            .split = o.source.split,
-                                            .chunk_bytes = o.source.chunk_bytes,
-                                            .search_effort = o.source.search_effort});
+      PlanOptions options = o.source.plan_options();
+      options.strategy = r.plan.strategy;
+      options.balance = r.plan.balance;
+      r.plan = make_plan(batch, options);
     } else {
       r.plan.batch = batch;
       r.plan.lower_bound_s = lower_bound(batch, decompose(batch));

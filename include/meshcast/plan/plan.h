@@ -24,22 +24,39 @@ OpKind parse_op_kind(std::string_view text);
 Strategy parse_strategy(std::string_view text);
 Balance parse_balance(std::string_view text);
 
-// One op moves one box of one tensor of the batch. send: sender -> receivers[0]. broadcast: sender
-// -> receivers, chained in this order. allgather: no sender; each receiver holds
-// allgather_part(slice, n, i) and all end with the whole slice. copy: sender == receivers[0].
-struct Op {
-  int id = 0;
-  OpKind kind = OpKind::send;
+// One box of one tensor of the batch that an op moves.
+struct Piece {
   int tensor = 0;  // index into the batch's tensors
   int task = 0;    // index into that tensor's unit tasks, decompose(batch)[tensor]
   Box slice = {};
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // slice volume x the tensor's dtype size
+
+  bool operator==(const Piece&) const = default;
+};
+
+// The piece of `slice` of tensor `tensor` within its unit task `task` (bytes from the dtype).
+Piece make_piece(const Batch& batch, int tensor, int task, const Box& slice);
+
+// One op moves one message: its pieces, packed in the listed order (several pieces make a
+// bucket; most ops have one). send: sender -> receivers[0]. broadcast: sender -> receivers,
+// chained in this order. allgather: no sender; for each piece, each receiver holds
+// allgather_part(piece.slice, n, i) and all end with the whole piece. copy: sender ==
+// receivers[0].
+struct Op {
+  int id = 0;
+  OpKind kind = OpKind::send;
+  std::vector<Piece> pieces = {};  // at least one
+  int64_t bytes = 0;               // the message: the sum of the pieces' bytes
   std::optional<DeviceId> sender = {};
   std::vector<DeviceId> receivers = {};
   int64_t chunk_bytes = 0;  // pipelining chunk of a broadcast; 0 = whole message
 
   bool operator==(const Op&) const = default;
 };
+
+// The op moving `pieces` (bytes summed) with the given kind, sender and receivers.
+Op make_op(OpKind kind, std::vector<Piece> pieces, std::optional<DeviceId> sender,
+           std::vector<DeviceId> receivers);
 
 struct Plan {
   Batch batch;  // a single tensor is a batch of one
@@ -55,5 +72,11 @@ struct Plan {
 // Part i of n of an allgather box: torch.chunk along its longest dimension (first on ties).
 // The strategy, the validator, the simulator and the executors all use this one split.
 Box allgather_part(const Box& slice, int parts, int index);
+// Part i of n of one piece of an allgather op: what receiver i holds of it before the op. Every
+// per-piece split goes through this one function.
+Box allgather_part(const Piece& piece, int parts, int index);
+// Bytes of member `index`'s parts of an allgather op, over all its pieces (what that member
+// contributes to the message).
+int64_t allgather_part_bytes(const Op& op, const Batch& batch, int index);
 
 }  // namespace meshcast

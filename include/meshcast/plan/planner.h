@@ -21,15 +21,24 @@ struct PlanOptions {
   // twice as much. The search counts work rather than time, so a plan never depends on the
   // machine's speed or load.
   double search_effort = 1;
+  // Sends and broadcasts smaller than this that share a sender and a receiver chain are fused
+  // into buckets of at most this many bytes (one message each); 0 fuses nothing. Default:
+  // default_bucket_bytes of the batch's cluster.
+  std::optional<int64_t> bucket_bytes = {};
 };
+
+// The bucket size at which one message's latency is at most 1% of its time on one NIC:
+// 99 x latency x one NIC's bandwidth (0 when the cluster has no latency).
+int64_t default_bucket_bytes(const Cluster& cluster);
 
 // The balance mode `options` resolves to for its strategy.
 Balance effective_balance(const PlanOptions& options);
 
 // Plans all tensors' unit tasks together: senders are balanced and ops ordered over the whole
 // batch, so every NIC works while others do. Throws InvalidArgument on an invalid batch (naming
-// the tensor), a negative chunk_bytes, or a search_effort that is negative or not finite. The
-// result passes validate_plan and carries the lower bound and the bytes crossing host NICs.
+// the tensor), a negative chunk_bytes or bucket_bytes, or a search_effort that is negative or not
+// finite. The result passes validate_plan and carries the lower bound and the bytes crossing host
+// NICs.
 Plan make_plan(const Batch& batch, const PlanOptions& options = {});
 // The plan of Batch::of_one(problem).
 Plan make_plan(const Resharding& problem, const PlanOptions& options = {});

@@ -24,14 +24,19 @@ struct Place {
   bool operator==(const Place&) const = default;
 };
 
-// A receiver keeps what it gets in its destination tile when the box lies inside it; otherwise
-// (a relay outside the destination mesh, an allgather member that only forwards) in a staging
-// buffer made for that op, and the part that does fall inside its tile is copied there too.
-struct OpPlacement {
-  std::optional<Place> source;      // send, broadcast, copy: where the sender reads the slice
+// Where one piece of an op is read and kept. A receiver keeps the piece in its destination tile
+// when the piece's box lies inside it; otherwise (a relay outside the destination mesh, an
+// allgather member that only forwards) in a staging buffer made for that piece, and the part that
+// does fall inside its tile is copied there too.
+struct PiecePlacement {
+  std::optional<Place> source;      // send, broadcast, copy: where the sender reads the piece
   std::vector<Place> part_sources;  // allgather: where receiver i holds allgather_part(slice, n, i)
-  std::vector<Place> targets;       // where receiver i keeps the slice
+  std::vector<Place> targets;       // where receiver i keeps the piece
   std::vector<std::optional<Box>> spills;  // receiver i: slice ∩ its dst tile, when staged
+};
+
+struct OpPlacement {
+  std::vector<PiecePlacement> pieces;  // one per piece of the op, in its order
 };
 
 // One staging buffer: a box of one tensor.

@@ -215,21 +215,28 @@ class LocalPlan final : public CompiledPlan {
     op_steps_.push_back(0);
     for (size_t k = 0; k < plan.ops.size(); ++k) {
       const Op& op = plan.ops[k];
-      const OpPlacement& placed = placement.ops[k];
       const int n = static_cast<int>(op.receivers.size());
-      for (int i = 0; i < n; ++i) {
-        const DeviceId r = op.receivers[i];
-        const Place dst{r, BufferKind::dst, -1, placement.tiles[op.tensor][r].dst, op.tensor};
-        // What receiver i gets and from where: the whole slice from the sender, or every
-        // member's part of an allgather.
-        for (int j = 0; j < (op.kind == OpKind::allgather ? n : 1); ++j) {
-          const Box region =
-              op.kind == OpKind::allgather ? allgather_part(op.slice, n, j) : op.slice;
-          const Place& from =
-              op.kind == OpKind::allgather ? placed.part_sources[j] : *placed.source;
-          add_copy(static_cast<int>(k), region, from, placed.targets[i], options);
-          if (placed.spills[i])
-            add_copy(static_cast<int>(k), intersect(region, *placed.spills[i]), from, dst, options);
+      // In one process a bucket needs no packing: each piece is copied straight from where its
+      // sender holds it, and the op completes when all its pieces' copies have.
+      for (size_t p = 0; p < op.pieces.size(); ++p) {
+        const Piece& piece = op.pieces[p];
+        const PiecePlacement& placed = placement.ops[k].pieces[p];
+        for (int i = 0; i < n; ++i) {
+          const DeviceId r = op.receivers[i];
+          const Place dst{r, BufferKind::dst, -1, placement.tiles[piece.tensor][r].dst,
+                          piece.tensor};
+          // What receiver i gets and from where: the whole piece from the sender, or every
+          // member's part of an allgather.
+          for (int j = 0; j < (op.kind == OpKind::allgather ? n : 1); ++j) {
+            const Box region =
+                op.kind == OpKind::allgather ? allgather_part(piece, n, j) : piece.slice;
+            const Place& from =
+                op.kind == OpKind::allgather ? placed.part_sources[j] : *placed.source;
+            add_copy(static_cast<int>(k), region, from, placed.targets[i], options);
+            if (placed.spills[i])
+              add_copy(static_cast<int>(k), intersect(region, *placed.spills[i]), from, dst,
+                       options);
+          }
         }
       }
       op_steps_.push_back(static_cast<int>(steps_.size()));

@@ -410,41 +410,54 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
                          int index) {
   RankOp out;
   out.tag = executor_.tag(slot_, index, static_cast<int64_t>(placement.ops.size()));
-  const int elem_size = elem_size_[op.tensor];
-  out.bytes = op.slice.volume() * elem_size;
+  out.bytes = op.bytes;
   const int n = static_cast<int>(op.receivers.size());
+  const int pieces = static_cast<int>(op.pieces.size());
   // This rank's position among the receivers; n for the sender of a send or broadcast.
   const int me = static_cast<int>(std::find(op.receivers.begin(), op.receivers.end(), rank_) -
                                   op.receivers.begin());
-  const Place dst{rank_, BufferKind::dst, -1, placement.tiles[op.tensor][rank_].dst, op.tensor};
+  const auto dst_of = [&](const Piece& piece) {
+    return Place{rank_, BufferKind::dst, -1, placement.tiles[piece.tensor][rank_].dst,
+                 piece.tensor};
+  };
 
   if (op.kind == OpKind::copy) {
     out.action = Action::local;
-    add_copy(out.after, op.slice, *placed.source, placed.targets[0]);
-    if (placed.spills[0]) add_copy(out.after, *placed.spills[0], *placed.source, dst);
+    for (int p = 0; p < pieces; ++p) {
+      const PiecePlacement& at = placed.pieces[p];
+      add_copy(out.after, op.pieces[p].slice, *at.source, at.targets[0]);
+      if (at.spills[0]) add_copy(out.after, *at.spills[0], *at.source, dst_of(op.pieces[p]));
+    }
   } else if (op.kind == OpKind::allgather) {
-    // The message is every member's part packed one after the other (part-major), which is
-    // what MPI_Allgatherv exchanges; own part packed before, the others unpacked after.
+    // The message is every member's parts packed one after the other (member-major; within a
+    // member, piece by piece), which is what MPI_Allgatherv exchanges; own parts packed before,
+    // the others unpacked after.
     out.action = n > 1 ? Action::allgather : Action::local;
-    const Place& target = placed.targets[me];
     int64_t offset = 0;
     for (int j = 0; j < n; ++j) {
-      const Box part = allgather_part(op.slice, n, j);
-      const int64_t bytes = part.volume() * elem_size;
-      if (n == 1) {
-        add_copy(out.after, part, placed.part_sources[j], target);
-      } else if (bytes > 0) {
-        const Place& held = placed.part_sources[j];
-        if (j == me)
-          out.before.push_back({ref(held), scratch(offset, bytes),
-                                plan_strided_copy(part, held.box, part, elem_size)});
-        if (j != me || held != target)
-          out.after.push_back({scratch(offset, bytes), ref(target),
-                               plan_strided_copy(part, part, target.box, elem_size)});
+      const int64_t member_offset = offset;
+      for (int p = 0; p < pieces; ++p) {
+        const Piece& piece = op.pieces[p];
+        const PiecePlacement& at = placed.pieces[p];
+        const Place& target = at.targets[me];
+        const int elem_size = elem_size_[piece.tensor];
+        const Box part = allgather_part(piece, n, j);
+        const int64_t bytes = part.volume() * elem_size;
+        if (n == 1) {
+          add_copy(out.after, part, at.part_sources[j], target);
+        } else if (bytes > 0) {
+          const Place& held = at.part_sources[j];
+          if (j == me)
+            out.before.push_back({ref(held), scratch(offset, bytes),
+                                  plan_strided_copy(part, held.box, part, elem_size)});
+          if (j != me || held != target)
+            out.after.push_back({scratch(offset, bytes), ref(target),
+                                 plan_strided_copy(part, part, target.box, elem_size)});
+        }
+        offset += bytes;
       }
-      out.counts.push_back(static_cast<int>(bytes));
-      out.displs.push_back(static_cast<int>(offset));
-      offset += bytes;
+      out.counts.push_back(static_cast<int>(std::min<int64_t>(offset - member_offset, INT_MAX)));
+      out.displs.push_back(static_cast<int>(std::min<int64_t>(member_offset, INT_MAX)));
     }
     if (offset > INT_MAX)
       throw InvalidArgument(
@@ -455,25 +468,44 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
       out.message = scratch(0, offset);
       out.comm = executor_.group({op.receivers.begin(), op.receivers.end()}, out.tag);
     }
-    if (placed.spills[me]) add_copy(out.after, *placed.spills[me], target, dst);
+    for (int p = 0; p < pieces; ++p)
+      if (placed.pieces[p].spills[me])
+        add_copy(out.after, *placed.pieces[p].spills[me], placed.pieces[p].targets[me],
+                 dst_of(op.pieces[p]));
   } else {  // send or broadcast: a chain sender -> receivers, or MPI_Bcast on their group
     const bool bcast = op.kind == OpKind::broadcast && n > 1 &&
                        executor_.options().broadcast == MpiBroadcast::mpi_bcast;
     out.action = bcast ? Action::bcast : Action::chain;
-    const Place& holder = me == n ? *placed.source : placed.targets[me];
-    if (is_contiguous_in(op.slice, holder.box)) {  // sent or received in place, no packing
-      out.message = ref(holder);
-      out.message.offset += offset_in(op.slice, holder.box, elem_size);
+    const auto holder = [&](int p) -> const Place& {
+      return me == n ? *placed.pieces[p].source : placed.pieces[p].targets[me];
+    };
+    const Box& first = op.pieces[0].slice;
+    if (pieces == 1 && is_contiguous_in(first, holder(0).box)) {
+      // One piece that lies contiguously where it is held: sent or received in place.
+      out.message = ref(holder(0));
+      out.message.offset += offset_in(first, holder(0).box, elem_size_[op.pieces[0].tensor]);
     } else {
+      // The pieces packed one after the other in the op's order (a bucket).
       out.message = scratch(0, out.bytes);
-      const StridedCopy pack = plan_strided_copy(op.slice, holder.box, op.slice, elem_size);
-      const StridedCopy unpack = plan_strided_copy(op.slice, op.slice, holder.box, elem_size);
-      if (me == n)
-        out.before.push_back({ref(holder), out.message, pack});
-      else
-        out.after.push_back({out.message, ref(holder), unpack});
+      int64_t offset = 0;
+      for (int p = 0; p < pieces; ++p) {
+        const Piece& piece = op.pieces[p];
+        const int elem_size = elem_size_[piece.tensor];
+        const Place& held = holder(p);
+        const BufferRef packed = scratch(offset, piece.bytes);
+        if (me == n)
+          out.before.push_back({ref(held), packed,
+                                plan_strided_copy(piece.slice, held.box, piece.slice, elem_size)});
+        else
+          out.after.push_back({packed, ref(held),
+                               plan_strided_copy(piece.slice, piece.slice, held.box, elem_size)});
+        offset += piece.bytes;
+      }
     }
-    if (me < n && placed.spills[me]) add_copy(out.after, *placed.spills[me], holder, dst);
+    if (me < n)
+      for (int p = 0; p < pieces; ++p)
+        if (placed.pieces[p].spills[me])
+          add_copy(out.after, *placed.pieces[p].spills[me], holder(p), dst_of(op.pieces[p]));
     const int64_t chunk =
         op.kind == OpKind::broadcast && op.chunk_bytes > 0 ? op.chunk_bytes : out.bytes;
     out.chunk = std::clamp<int64_t>(chunk, 1, kMaxMessage);

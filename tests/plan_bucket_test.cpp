@@ -1,0 +1,167 @@
+// Buckets: small sends and broadcasts that share a sender and a receiver chain travel as one
+// message of several pieces. The planner makes them, the validator, the estimate and the
+// simulator take them as one op, and plan documents list the pieces.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "corpus.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/estimate.h"
+#include "meshcast/plan/json.h"
+#include "meshcast/plan/planner.h"
+#include "meshcast/plan/validate.h"
+#include "meshcast/sim/simulator.h"
+
+namespace meshcast {
+namespace {
+
+int buckets_of(const Plan& plan) {
+  return static_cast<int>(std::count_if(plan.ops.begin(), plan.ops.end(),
+                                        [](const Op& op) { return op.pieces.size() > 1; }));
+}
+
+// Every piece of every op, sorted: what a plan moves, however it is packed.
+std::vector<std::tuple<int, int, Box>> pieces_of(const Plan& plan) {
+  std::vector<std::tuple<int, int, Box>> out;
+  for (const Op& op : plan.ops)
+    for (const Piece& p : op.pieces) out.emplace_back(p.tensor, p.task, p.slice);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(BucketTest, DefaultSizeKeepsOneMessagesLatencyNearOnePercent) {
+  Cluster c;  // 10 Gbps NIC, 5 us
+  EXPECT_EQ(default_bucket_bytes(c), 618750);
+  const double message_s = c.latency + default_bucket_bytes(c) / c.nic_bandwidth;
+  EXPECT_NEAR(c.latency / message_s, 0.01, 1e-6);
+  c.latency = 0;
+  EXPECT_EQ(default_bucket_bytes(c), 0);
+}
+
+TEST(BucketTest, TinyPiecesOfOneSenderAndChainAreFusedUpToTheBucketSize) {
+  std::mt19937 rng(7);
+  int buckets = 0;
+  for (int round = 0; round < 30; ++round) {
+    const Batch batch = testing::tiny_tensor_batch(rng, 20 + static_cast<int>(rng() % 60),
+                                                   1 + static_cast<int>(rng() % 4),
+                                                   1 + static_cast<int>(rng() % 4));
+    for (const int64_t bucket : {int64_t{64}, int64_t{1000}, default_bucket_bytes(batch.cluster)})
+      for (Strategy s : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast}) {
+        SCOPED_TRACE(fmt::format("round {} bucket {} {}", round, bucket, to_string(s)));
+        const Plan plan = make_plan(batch, {.strategy = s, .bucket_bytes = bucket});
+        const Plan unfused = make_plan(batch, {.strategy = s, .bucket_bytes = 0});
+        ASSERT_NO_THROW(validate_plan(plan));
+        EXPECT_EQ(buckets_of(unfused), 0);
+        // The same pieces, fewer messages, the same bytes over the NICs.
+        EXPECT_EQ(pieces_of(plan), pieces_of(unfused));
+        EXPECT_EQ(plan.network_bytes, unfused.network_bytes);
+        EXPECT_LE(plan.ops.size(), unfused.ops.size());
+        for (const Op& op : plan.ops) {
+          if (op.pieces.size() == 1) continue;
+          ++buckets;
+          EXPECT_TRUE(op.kind == OpKind::send || op.kind == OpKind::broadcast);
+          EXPECT_LE(op.bytes, bucket);
+          int64_t bytes = 0;
+          for (const Piece& p : op.pieces) bytes += p.bytes;
+          EXPECT_EQ(op.bytes, bytes);
+        }
+        EXPECT_GE(simulate(plan).time_s, plan.lower_bound_s * (1 - 1e-9));
+      }
+  }
+  EXPECT_GT(buckets, 100);
+}
+
+TEST(BucketTest, ABigPieceStaysAloneAndChunkPipelined) {
+  std::mt19937 rng(3);
+  Batch batch = testing::tiny_tensor_batch(rng, 30, 3, 2);
+  batch.tensors[0].tensor.shape = {1 << 20};  // 1 Mi elements: above any bucket here
+  batch.tensors[0].src.spec = ShardingSpec::parse("R");
+  batch.tensors[0].dst.spec = ShardingSpec::parse("R");
+  const Plan plan = make_plan(batch);
+  int big = 0;
+  for (const Op& op : plan.ops)
+    if (op.bytes >= default_bucket_bytes(batch.cluster)) {
+      ++big;
+      EXPECT_EQ(op.pieces.size(), 1u);
+      EXPECT_EQ(op.pieces[0].tensor, 0);
+      if (op.kind == OpKind::broadcast) {
+        EXPECT_GT(op.chunk_bytes, 0);
+        EXPECT_LT(op.chunk_bytes, op.bytes);
+      }
+    }
+  EXPECT_GT(big, 0);
+  EXPECT_GT(buckets_of(plan), 0);
+  EXPECT_NO_THROW(validate_plan(plan));
+}
+
+// Each message pays the latency once: on tiny tensors, a plan of buckets beats one message per
+// piece in the simulator and in the planner's estimate alike.
+TEST(BucketTest, ABucketPaysOneMessagesLatency) {
+  std::mt19937 rng(11);
+  Batch batch = testing::tiny_tensor_batch(rng, 200, 2, 4);
+  const Plan fused = make_plan(batch);
+  const Plan unfused = make_plan(batch, {.bucket_bytes = 0});
+  ASSERT_GT(buckets_of(fused), 0);
+  EXPECT_LT(simulate(fused).time_s, 0.5 * simulate(unfused).time_s);
+  EXPECT_LT(estimate(fused), 0.5 * estimate(unfused));
+}
+
+TEST(BucketTest, NegativeBucketBytesAreRefused) {
+  std::mt19937 rng(1);
+  try {
+    make_plan(testing::tiny_tensor_batch(rng, 3, 2, 2), {.bucket_bytes = -1});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("bad bucket bytes -1: expected >= 0"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(BucketTest, PlansWithBucketsRoundTripThroughJson) {
+  std::mt19937 rng(23);
+  for (int round = 0; round < 10; ++round) {
+    const Plan plan = make_plan(testing::tiny_tensor_batch(rng, 40, 2, 2));
+    ASSERT_GT(buckets_of(plan), 0);
+    const auto j = plan_to_json(plan);
+    EXPECT_GT(j["ops"][0]["pieces"].size(), 0u);
+    EXPECT_EQ(plan_from_json(nlohmann::json::parse(j.dump())), plan);
+  }
+}
+
+// Hand-broken buckets: the validator names the op and the piece.
+TEST(BucketTest, TheValidatorCheckMessagesPieceByPiece) {
+  std::mt19937 rng(29);
+  const Plan plan = make_plan(testing::tiny_tensor_batch(rng, 40, 2, 2));
+  const auto bucket = std::find_if(plan.ops.begin(), plan.ops.end(),
+                                   [](const Op& op) { return op.pieces.size() > 1; });
+  ASSERT_NE(bucket, plan.ops.end());
+  const int k = static_cast<int>(bucket - plan.ops.begin());
+  const auto rejected = [&](Plan broken, const std::string& expected) {
+    try {
+      validate_plan(broken);
+      ADD_FAILURE() << "accepted a plan that should fail with: " << expected;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  Plan twice = plan;  // one piece listed twice: its receivers get it twice
+  twice.ops[k].pieces.push_back(twice.ops[k].pieces[0]);
+  twice.ops[k].bytes += twice.ops[k].pieces[0].bytes;
+  rejected(twice, fmt::format("op {} (", k));
+  rejected(twice, "a second time");
+  Plan bytes = plan;
+  bytes.ops[k].bytes += 1;
+  rejected(bytes, "do not match the pieces'");
+  Plan empty = plan;
+  empty.ops[k].pieces.clear();
+  rejected(empty, "has no pieces");
+  Plan piece = plan;
+  piece.ops[k].pieces[1].task = 1000;
+  rejected(piece, fmt::format("op {} ({}, piece 1 of {}", k, to_string(plan.ops[k].kind),
+                              plan.ops[k].pieces.size()));
+}
+
+}  // namespace
+}  // namespace meshcast
