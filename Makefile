@@ -5,7 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 MESHCAST := $(BUILD)/tools/meshcast/meshcast
 
-.PHONY: all deps configure build run test test-asan test-no-mpi format clean
+.PHONY: all deps configure build run test test-asan test-no-mpi test-tsan fuzz format clean
 
 all: build
 
@@ -41,8 +41,26 @@ test-no-mpi: deps
 	cmake --build $(BUILD)-no-mpi -j $(JOBS)
 	cd $(BUILD)-no-mpi && ctest --output-on-failure -j $(JOBS) -L 'unit|cli'
 
+# The local executor's tests and the watchdog's under ThreadSanitizer (gcc's): data races in the
+# worker pool, the executor's dependency tracking or the watchdog's thread fail the target.
+test-tsan: deps
+	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHCAST_TSAN=ON \
+	  -DMESHCAST_BUILD_BENCH=OFF -DMESHCAST_WITH_MPI=OFF -DMESHCAST_WITH_PYTHON=OFF
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target runtime_local_test runtime_watchdog_test
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)-tsan/tests/runtime_local_test
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)-tsan/tests/runtime_watchdog_test --gtest_filter='WatchdogTest.*'
+
+# Every libFuzzer harness of fuzz/ for FUZZ_SECONDS each (clang, ASan, UBSan; docs/reliability.md).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	cmake -S . -B $(BUILD)-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=clang++-16 -DMESHCAST_FUZZ=ON -DMESHCAST_BUILD_TESTS=OFF \
+	  -DMESHCAST_BUILD_BENCH=OFF -DMESHCAST_WITH_MPI=OFF
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_harnesses
+	scripts/fuzz $(BUILD)-fuzz $(FUZZ_SECONDS)
+
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-no-mpi
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-no-mpi $(BUILD)-tsan $(BUILD)-fuzz

@@ -147,6 +147,8 @@ check bench-json 0 '"backend":"sim".*"rows":\[\{"algbw_gbs":[0-9.e-]+,"balance":
 check bench-svg 0 "case 6" -- cat "$TMP/chart.svg"
 check bench-single-sender 0 "4x2 .*broadcast/order" -- "$MESHCAST" bench --suite single-sender --strategies broadcast
 check bench-random 0 "^r3 " -- "$MESHCAST" bench --suite random --count 3 --seed 5 --strategies send_recv,broadcast/order
+# The soak of docs/reliability.md, short: 100 random cases x 5 strategies played and verified.
+check bench-random-soak-local 0 "^verify: [0-9]+ destination elements checked in 500 rows, 0 wrong$" -- "$MESHCAST" bench --suite random --count 100 --seed 1 --backend local --verify --bytes 16384 --iters 1 --warmup 0
 check bench-scale 0 "\(4,8\) RRR +broadcast/order" -- "$MESHCAST" bench --grow --grow-hosts 4 --cases 7 --strategies broadcast
 check bench-bad-strategy 2 "bad strategy 'teleport' in --strategies" -- "$MESHCAST" bench --strategies send_recv,teleport
 check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,9

@@ -2,17 +2,14 @@
 // wrapping, and verification cannot miss an element that was never written.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <limits>
 #include <string>
-#include <thread>
 
 #include "meshcast/error.h"
+#include "meshcast/layout/sharding_spec.h"
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/runtime/buffers.h"
-#include "meshcast/runtime/watchdog.h"
 
 namespace meshcast {
 namespace {
@@ -109,38 +106,27 @@ TEST(OverflowTest, ScheduleSizesAreCheckedBeforeAnythingIsSizedByThem) {
       {"more than 2^63"});
 }
 
-using namespace std::chrono_literals;
+// Found by fuzz_sharding_spec: a PartitionSpec over numbered axes naming axis 32 (mesh rank not
+// known yet) was accepted, and its text form "S32R..." read back as axes 3 and 2.
+TEST(FuzzRegressionTest, MeshAxesBeyondNineAreRefusedInEveryVocabulary) {
+  for (const char* spec : {"(32, )", "P(10,None)"})
+    expect_error<InvalidArgument>([&] { parse_sharding_spec(spec); },
+                                  {"bad mesh axis", "expected 0..9"});
+  expect_error<InvalidArgument>([] { ShardingSpec(std::vector<ShardingSpec::DimAxes>{{10}}); },
+                                {"bad mesh axis 10"});
+  const ShardingSpec last_axis(std::vector<ShardingSpec::DimAxes>{{9}, {}});
+  EXPECT_EQ(ShardingSpec::parse(last_axis.to_string()), last_axis);
+}
 
-TEST(WatchdogDeathTest, APhasePastTheTimeoutEndsTheProcessNamingThePhase) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        Watchdog watchdog(0.2);
-        watchdog.enter("run 2 of 6");
-        std::this_thread::sleep_for(30s);
+// Found by the schedule harnesses: a document declaring fewer chunks than its steps use was
+// accepted, and its text form (which infers the sizes) read back another schedule.
+TEST(FuzzRegressionTest, ASchedulesDeclaredChunksMustCoverItsSteps) {
+  expect_error<InvalidArgument>(
+      [] {
+        pipeline::schedule_from_json(
+            nlohmann::json::parse(R"({"order":[["F0","1F0","1B0","B0"]],"chunks":1})"));
       },
-      ::testing::ExitedWithCode(kTimeoutExitStatus),
-      "run 2 of 6 did not finish within the timeout of 0.2 s \\(process [0-9]+ on host");
-}
-
-TEST(WatchdogTest, PhasesShorterThanTheTimeoutAndTimeOutsideAPhaseAreNotBounded) {
-  // Three phases of 0.3 s and 1.5 s outside any, with a 1 s timeout: the process lives on (a
-  // watchdog that fired would end this test binary with exit status 3).
-  Watchdog watchdog(1);
-  for (const char* phase : {"compiling the plan", "run 1 of 2", "run 2 of 2"}) {
-    watchdog.enter(phase);
-    std::this_thread::sleep_for(300ms);
-  }
-  watchdog.leave();
-  std::this_thread::sleep_for(1500ms);
-  SUCCEED();
-}
-
-TEST(WatchdogTest, ANegativeOrNonFiniteTimeoutIsRefused) {
-  for (double bad :
-       {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()})
-    expect_error<InvalidArgument>([&] { Watchdog watchdog(bad); },
-                                  {"bad timeout", "expected a number of seconds >= 0"});
+      {"schedule \"chunks\" is 1, but its steps use 2"});
 }
 
 TEST(VerifyTest, AnElementNeverWrittenIsAlwaysCaught) {

@@ -39,6 +39,9 @@ check bad-option-on-every-rank nonzero "bad strategy 'nope'" 1 -- \
   "${MPIRUN[@]}" -np 2 "$MESHCAST" run --backend mpi --shape 4 --src-mesh 2 --src-spec S0 --dst-spec R --strategy nope
 check bench-mpi-verify 0 "^7 .*broadcast/order" 1 -- \
   "${MPIRUN[@]}" -np 12 "$MESHCAST" bench --backend mpi --cases 7 --bytes 65536 --iters 1 --verify
+# The soak of docs/reliability.md, short: 30 random cases x 5 strategies on 8 ranks, verified.
+check bench-random-soak-mpi 0 "^verify: [0-9]+ destination elements checked in 150 rows, 0 wrong$" 1 -- \
+  "${MPIRUN[@]}" -np 8 "$MESHCAST" bench --backend mpi --suite random --count 30 --seed 1 --verify --bytes 16384 --iters 1 --warmup 0
 # With a cluster document: its link figures for planning and the prediction; one row per
 # strategy, each with the sim and meas/sim columns, printed once.
 LINKS=$(mktemp)

@@ -182,8 +182,12 @@ ShardingSpec::ShardingSpec(std::vector<DimAxes> dims, std::vector<bool> nested)
     : dims_(std::move(dims)), nested_(std::move(nested)) {
   for (const auto& axes : dims_)
     for (int a : axes)
-      if (a < 0)
-        throw InvalidArgument(fmt::format("bad mesh axis {} in sharding spec: expected >= 0", a));
+      // The spec's text form writes each axis as one digit ("S01" is axes 0 and 1).
+      if (a < 0 || a > 9)
+        throw InvalidArgument(fmt::format(
+            "bad mesh axis {} in sharding spec: expected 0..9 (a mesh axis beyond 9 can only "
+            "replicate)",
+            a));
   if (nested_.empty()) nested_.assign(dims_.size(), false);
   if (nested_.size() != dims_.size())
     throw InvalidArgument(

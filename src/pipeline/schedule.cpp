@@ -290,7 +290,9 @@ Schedule schedule_from_json(const nlohmann::json& j) {
     order.push_back(std::move(steps));
   }
   Schedule s = custom_schedule(std::move(order));
-  // Declared sizes win over inferred ones, so that a missing step is reported as missing.
+  // Declared sizes win over inferred ones, so that a missing step is reported as missing; a
+  // declared size below what the steps use is refused (the text form, which infers the sizes,
+  // would read back another schedule).
   for (auto [key, field] : {std::pair{"microbatches", &s.microbatches}, {"chunks", &s.chunks}}) {
     if (!j.contains(key)) continue;
     const auto& value = j[key];
@@ -298,7 +300,12 @@ Schedule schedule_from_json(const nlohmann::json& j) {
         value.get<int64_t>() > std::numeric_limits<int>::max())
       throw ParseError(fmt::format("bad \"{}\": {}: expected an integer in 1..{}", key,
                                    json_excerpt(value), std::numeric_limits<int>::max()));
-    *field = static_cast<int>(value.get<int64_t>());
+    const int declared = static_cast<int>(value.get<int64_t>());
+    if (declared < *field)
+      throw InvalidArgument(fmt::format(
+          "schedule \"{}\" is {}, but its steps use {}: expected at least what the steps use", key,
+          declared, *field));
+    *field = declared;
   }
   // Checked before anything (a validation, a lowering) is sized by them.
   check_schedule_size(s.stages, s.microbatches, s.chunks);

@@ -3,16 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 
 #include "meshcast/error.h"
+#include "meshcast/layout/sharding_spec.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
 #include "meshcast/plan/lower_bound.h"
@@ -62,20 +65,50 @@ std::string describe(const Resharding& p) {
                      mesh_text(p.dst.mesh), p.dst.spec.to_string());
 }
 
+// describe() with the tensor, and device lists where a mesh is not placed by default.
+std::string describe_random(const Resharding& p) {
+  const auto mesh = [&p](const Mesh& m) {
+    for (int first = 0; first < p.cluster.hosts; ++first)
+      if (m.host_span() + first <= p.cluster.hosts &&
+          Mesh::placed(m.shape(), first, p.cluster.devices_per_host) == m)
+        return first == 0 ? mesh_text(m) : fmt::format("{}@h{}", mesh_text(m), first);
+    return fmt::format("{}[{}]", mesh_text(m), fmt::join(m.devices(), ","));
+  };
+  return fmt::format("{} {} {} {} -> {} {} on {}x{}", shape_to_string(p.tensor.shape, 'x'),
+                     to_string(p.tensor.dtype), mesh(p.src.mesh), p.src.spec.to_string(),
+                     mesh(p.dst.mesh), p.dst.spec.to_string(), p.cluster.hosts,
+                     p.cluster.devices_per_host);
+}
+
 bool wanted(const std::vector<int>& numbers, int number) {
   return numbers.empty() || std::find(numbers.begin(), numbers.end(), number) != numbers.end();
 }
 
-// A spec of `rank` dims over a (hosts, devices) mesh: each axis shards a random dim or none.
-std::string random_spec(std::mt19937& rng, int rank) {
+// A spec of `rank` dims over a mesh of `mesh_rank` axes: each axis shards a random dim or none;
+// a dim sharded by two axes takes them in either order, or nested (`S0/1`).
+std::string random_spec(std::mt19937& rng, int rank, int mesh_rank) {
   std::vector<std::string> dims(rank);
-  for (int axis = 0; axis < 2; ++axis) {
+  for (int axis = 0; axis < mesh_rank; ++axis) {
     const int dim = static_cast<int>(rng() % (rank + 1));
-    if (dim < rank) dims[dim] += std::to_string(axis);
+    if (dim == rank) continue;
+    const std::string a = std::to_string(axis);
+    if (dims[dim].empty())
+      dims[dim] = a;
+    else
+      dims[dim] = rng() % 3 == 0 ? dims[dim] + "/" + a : rng() % 2 ? dims[dim] + a : a + dims[dim];
   }
   std::string spec;
   for (const auto& d : dims) spec += d.empty() ? "R" : fmt::format("S{}", d);
   return spec;
+}
+
+// `count` distinct ids of 0..devices-1, in random order.
+std::vector<DeviceId> random_devices(std::mt19937& rng, int64_t count, int devices) {
+  std::vector<DeviceId> ids(devices);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(count);
+  return ids;
 }
 
 }  // namespace
@@ -109,22 +142,70 @@ std::vector<BenchCase> single_sender_suite() {
   return suite;
 }
 
-std::vector<BenchCase> random_suite(unsigned seed, int count) {
+std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices, int64_t bytes) {
   if (count <= 0) throw InvalidArgument(fmt::format("bad --count {}: expected > 0", count));
+  if (max_devices < 1)
+    throw InvalidArgument(fmt::format("bad device bound {}: expected >= 1", max_devices));
+  if (bytes < 1) throw InvalidArgument(fmt::format("bad tensor size {} B: expected >= 1", bytes));
   std::mt19937 rng(seed);
-  const auto axis = [&rng] { return static_cast<int64_t>(1 + rng() % 4); };
-  // 512 MiB of int32 whose dims split evenly over any mesh axis up to 4 and products of two.
-  const TensorSpec tensor{{1024, 512, 256}, DType::int32};
+  const auto pick = [&rng](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  // Sizes of the dims after the first: uneven over 2, 3 and 4 parts, and too short for some
+  // parts (torch.chunk leaves trailing parts empty).
+  constexpr std::array<int64_t, 12> kDimSizes = {1, 2, 3, 5, 6, 7, 8, 12, 13, 16, 17, 31};
+  constexpr std::array<DType, 8> kDTypes = {DType::int8,    DType::uint8,   DType::int32,
+                                            DType::int64,   DType::float16, DType::bfloat16,
+                                            DType::float32, DType::float64};
   std::vector<BenchCase> suite;
   for (int i = 0; i < count; ++i) {
-    const std::vector<int64_t> src{axis(), axis()};
-    const std::vector<int64_t> dst{axis(), axis()};
-    const std::string src_spec = random_spec(rng, 3);
-    const std::string dst_spec = random_spec(rng, 3);
+    // The cluster: 4, 2 or 1 devices per host (what divides the bound), at most 8 hosts.
+    std::vector<int> per_host;
+    for (int g : {4, 2})
+      if (max_devices % g == 0) per_host.push_back(g);
+    if (per_host.empty()) per_host.push_back(1);
+    const int g = per_host[rng() % per_host.size()];
+    const int hosts = static_cast<int>(pick(1, std::min(8, max_devices / g)));
+    Resharding p;
+    p.cluster = paper_cluster(hosts);
+    p.cluster.devices_per_host = g;
+    // The tensor: every dtype, 1-3 dims, about `bytes` in all.
+    const DType dtype = kDTypes[rng() % kDTypes.size()];
+    const int rank = static_cast<int>(pick(1, 3));
+    std::vector<int64_t> shape(rank);
+    int64_t row = dtype_size(dtype);
+    for (int d = 1; d < rank; ++d) row *= shape[d] = kDimSizes[rng() % kDimSizes.size()];
+    shape[0] = std::max<int64_t>(1, bytes / row + pick(0, 6));
+    p.tensor = TensorSpec{shape, dtype};
+    // The meshes: 1-D inside a host or 2-D over hosts; the source from host 0, the destination
+    // on the next free hosts, overlapping the source (from host 0), or either on an explicit
+    // shuffled device list.
+    int next_host = 0;
+    for (Layout* layout : {&p.src, &p.dst}) {
+      const bool two_d = hosts > 1 && rng() % 2;
+      std::vector<int64_t> mesh_shape = two_d ? std::vector<int64_t>{pick(1, hosts), pick(1, g)}
+                                              : std::vector<int64_t>{pick(1, g)};
+      const int64_t span = two_d ? mesh_shape[0] : 1;
+      const int placement = static_cast<int>(rng() % 3);
+      Mesh mesh;
+      if (placement == 0) {
+        int64_t devices = 1;
+        for (int64_t n : mesh_shape) devices *= n;
+        mesh = Mesh(mesh_shape, random_devices(rng, devices, hosts * g));
+      } else {
+        const int first = placement == 1 && next_host + span <= hosts ? next_host : 0;
+        mesh = Mesh::placed(mesh_shape, first, g);
+        next_host = static_cast<int>(first + span);
+      }
+      layout->spec = parse_sharding_spec(random_spec(rng, rank, mesh.rank()));
+      layout->mesh = std::move(mesh);
+    }
+    p.validate();
     BenchCase c;
     c.label = fmt::format("r{}", i + 1);
-    c.problem = on_paper_cluster(tensor, src, src_spec, dst, dst_spec, 4);
-    c.description = describe(c.problem);
+    c.split = rng() % 2;
+    c.problem = std::move(p);
+    c.description = describe_random(c.problem) + (c.split ? " split" : "");
     suite.push_back(std::move(c));
   }
   return suite;
@@ -298,8 +379,9 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
   row.bus_bytes = in.empty() ? 0 : *std::max_element(in.begin(), in.end());
   const auto planning = Clock::now();
   const auto make = [&] {
-    Plan plan = make_plan(bench_case.problem,
-                          PlanOptions{.strategy = choice.strategy, .balance = choice.balance});
+    Plan plan = make_plan(bench_case.problem, PlanOptions{.strategy = choice.strategy,
+                                                          .balance = choice.balance,
+                                                          .split = bench_case.split});
     if (executor) check_tile_memory(plan.batch, backend, max_memory, "a smaller --bytes");
     return plan;
   };
@@ -314,6 +396,7 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
       throw std::runtime_error(fmt::format("case {} {}: {} of {} destination elements wrong",
                                            bench_case.label, choice.name(), m.errors, m.checked));
     row.time_s = m.median_s;
+    row.checked = m.checked;
   } else {
     row.time_s = simulate(plan).time_s;
   }

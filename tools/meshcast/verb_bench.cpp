@@ -84,17 +84,25 @@ std::vector<int> parse_host_counts(const std::string& text) {
   return hosts;
 }
 
-std::string cluster_line(const Cluster& c) {
+// `per_host_varies`: the cases have different devices per host (the random suite's layouts say
+// each case's hosts x devices).
+std::string cluster_line(const Cluster& c, bool per_host_varies = false) {
   return fmt::format("{} devices per host, {:g} Gbps NIC, {:g} Gbps device links, {:g} us latency",
-                     c.devices_per_host, bytes_to_gbps(c.nic_bandwidth),
-                     bytes_to_gbps(c.device_bandwidth), c.latency * 1e6);
+                     per_host_varies ? std::string("case's") : std::to_string(c.devices_per_host),
+                     bytes_to_gbps(c.nic_bandwidth), bytes_to_gbps(c.device_bandwidth),
+                     c.latency * 1e6);
 }
 
 void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
                  const std::vector<BenchRow>& rows, const std::vector<Skipped>& skipped) {
   const bool real = o.backend != "sim";
+  const auto per_host_varies = [&] {
+    return std::any_of(suite.begin(), suite.end(), [&](const BenchCase& c) {
+      return c.problem.cluster.devices_per_host != suite.front().problem.cluster.devices_per_host;
+    });
+  };
   fmt::print("suite {}{}, backend {}; cluster: {}{}\n", o.suite, o.grow ? " --grow" : "", o.backend,
-             suite.empty() ? "-" : cluster_line(suite.front().problem.cluster),
+             suite.empty() ? "-" : cluster_line(suite.front().problem.cluster, per_host_varies()),
              o.cluster_file.empty() ? "" : fmt::format(" (links from {})", o.cluster_file));
   size_t width = 6;
   for (const auto& r : rows) width = std::max(width, r.description.size());
@@ -117,6 +125,12 @@ void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
   }
   for (const auto& s : skipped)
     fmt::print("{:<6} {:<{}} skipped: {}\n", s.label, s.description, width, s.reason);
+  if (real && o.measure.verify) {
+    int64_t checked = 0;
+    for (const auto& r : rows) checked += r.checked;
+    fmt::print("verify: {} destination elements checked in {} rows, 0 wrong\n", checked,
+               rows.size());
+  }
   fmt::print(
       "time: {}; Gbps: tensor bits / time; algbw: tensor bytes / time, GB/s; busbw: the most bytes "
       "a host must receive / time, GB/s (nccl-tests' figures, docs/cli.md#meshcast-bench); "
@@ -161,6 +175,7 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
          {"ops", r.ops},
          {"plan_s", r.plan_s},
          {"measure_s", r.measure_s}});
+    if (o.backend != "sim" && o.measure.verify) j["rows"].back()["checked"] = r.checked;
   }
   j["skipped"] = nlohmann::json::array();
   for (const auto& s : skipped)
@@ -281,6 +296,15 @@ void run_bench(const BenchOptions& o) {
   if (o.max_tasks <= 0)
     throw InvalidArgument(fmt::format("bad --max-tasks {}: expected > 0", o.max_tasks));
 
+  // local/mpi: the executor first, so that the random suite draws cases that fit the ranks.
+  std::unique_ptr<Executor> executor;
+  int ranks = 0;
+  if (o.backend != "sim") {
+    executor = make_executor(o.backend, 0, false);
+    ranks = static_cast<int>(executor->sum_over_processes(1));
+  }
+  const auto links =
+      o.cluster_file.empty() ? std::nullopt : std::optional<Cluster>(load_links(o.cluster_file));
   std::vector<BenchCase> suite;
   if (o.grow) {
     for (int hosts : parse_host_counts(o.grow_hosts))
@@ -290,24 +314,23 @@ void run_bench(const BenchOptions& o) {
   } else if (o.suite == "single-sender") {
     suite = single_sender_suite();
   } else if (o.suite == "random") {
-    suite = random_suite(o.seed, o.count);
+    // local/mpi: tensors of the size the real backends play (described as played); under MPI
+    // every case fits the ranks started.
+    suite = executor ? random_suite(o.seed, o.count, o.backend == "mpi" ? ranks : 32,
+                                    o.bytes > 0 ? o.bytes : default_bytes(links))
+                     : random_suite(o.seed, o.count);
   } else {
     throw InvalidArgument(
         fmt::format("bad --suite '{}': expected paper, single-sender, random or weights", o.suite));
   }
 
-  const auto links =
-      o.cluster_file.empty() ? std::nullopt : std::optional<Cluster>(load_links(o.cluster_file));
   if (links)
     for (auto& c : suite) c.problem.cluster = with_links(c.problem.cluster, *links);
 
   std::vector<BenchRow> rows;
   std::vector<Skipped> skipped;
   // local/mpi: smaller tensors, and under MPI clusters grown with idle hosts to the ranks started.
-  std::unique_ptr<Executor> executor;
-  if (o.backend != "sim") {
-    executor = make_executor(o.backend, 0, false);
-    const int ranks = static_cast<int>(executor->sum_over_processes(1));
+  if (executor) {
     std::vector<BenchCase> playable;
     for (auto& c : suite) {
       shrink_tensor(c.problem, o.bytes > 0 ? o.bytes : default_bytes(links));

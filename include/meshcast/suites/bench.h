@@ -20,6 +20,7 @@ struct BenchCase {
   std::string label;  // "1".."8" for the paper suite, "1x4" for single-sender, "r3" for random
   std::string description;
   Resharding problem;
+  bool split = false;  // planned with PlanOptions::split (--split)
 };
 
 // The paper's cases (docs/paper-cases.md), all or those numbered in `numbers`.
@@ -27,9 +28,15 @@ std::vector<BenchCase> paper_suite(const std::vector<int>& numbers);
 // the paper's single-sender cases: one device broadcasts an int32 vector to (hosts, devices)
 // meshes, at 1 GiB and at 1, 16 and 64 MB.
 std::vector<BenchCase> single_sender_suite();
-// `count` random (hosts, devices) -> (hosts, devices) reshardings of a 512 MiB 3-D int32 tensor
-// on the paper's cluster, reproducible from `seed`.
-std::vector<BenchCase> random_suite(unsigned seed, int count);
+// `count` random reshardings, reproducible from `seed`, that reach what planners and executors
+// must get right: every dtype; 1-3 dims of about `bytes` in all whose sizes split unevenly and
+// leave some parts empty; 1-D and 2-D meshes placed by default on disjoint hosts, overlapping
+// (sharing devices), or on explicit shuffled device lists; specs splitting a dim over one or two
+// axes in either order or nested (S0/1); half the cases planned with `split`. Clusters of the
+// paper's link figures with 4, 2 or 1 devices per host (what divides `max_devices`), at most 8
+// hosts and `max_devices` devices.
+std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices = 32,
+                                    int64_t bytes = int64_t{512} << 20);
 // The paper's cases with both meshes grown so that a 2-host mesh becomes `hosts` hosts of 8
 // devices, and dim 0 grown with them (same bytes per host).
 std::vector<BenchCase> grown_paper_suite(const std::vector<int>& numbers, int hosts);
@@ -77,6 +84,7 @@ struct BenchRow {
   // (0 with the sim backend, whose time is the prediction).
   double predicted_s = 0;
   double bus_bytes = 0;  // the most bytes one host must take in over its NICs (host_in_bytes)
+  int64_t checked = 0;   // local/mpi with verify: destination elements checked (all were right)
 
   double ratio() const { return time_s / lower_bound_s; }
   double measured_over_predicted() const { return time_s / predicted_s; }

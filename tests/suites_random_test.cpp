@@ -1,0 +1,115 @@
+// The random suite of `meshcast bench` (the soak of docs/reliability.md) reaches every corner it
+// promises: every dtype, uneven and empty parts, overlapping meshes, explicit device lists, dims
+// split over two axes and nested, --split, and clusters bounded by the ranks started.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "meshcast/layout/layout.h"
+#include "meshcast/suites/bench.h"
+
+namespace meshcast {
+namespace {
+
+bool shares_a_device(const Mesh& a, const Mesh& b) {
+  return std::any_of(a.devices().begin(), a.devices().end(), [&](DeviceId d) {
+    return std::find(b.devices().begin(), b.devices().end(), d) != b.devices().end();
+  });
+}
+
+bool placed_by_default(const Mesh& m, const Cluster& c) {
+  for (int first = 0; first + m.host_span() <= c.hosts; ++first)
+    if (Mesh::placed(m.shape(), first, c.devices_per_host) == m) return true;
+  return false;
+}
+
+// Whether some device of the layout holds an empty tile, and whether some dim splits unevenly.
+struct Parts {
+  bool empty = false;
+  bool uneven = false;
+};
+
+Parts parts_of(const TensorSpec& t, const Layout& l) {
+  Parts parts;
+  std::set<std::vector<int64_t>> extents;  // of the non-empty tiles
+  for (int64_t i = 0; i < l.mesh.size(); ++i) {
+    const Box box = tile_at(t, l, i);
+    if (box.volume() == 0)
+      parts.empty = true;
+    else
+      extents.insert(box.extents());
+  }
+  // Non-empty tiles of different extents: a dim split unevenly.
+  parts.uneven = extents.size() > 1;
+  return parts;
+}
+
+TEST(RandomSuiteTest, ReachesEveryCornerItPromises) {
+  const auto suite = random_suite(7, 400);
+  std::set<DType> dtypes;
+  std::set<size_t> ranks;
+  int empty = 0, uneven = 0, overlapping = 0, explicit_lists = 0, two_axes = 0, nested = 0,
+      split = 0, two_d = 0;
+  for (const BenchCase& c : suite) {
+    const Resharding& p = c.problem;
+    ASSERT_NO_THROW(p.validate()) << c.description;
+    EXPECT_LE(p.cluster.devices(), 32) << c.description;
+    dtypes.insert(p.tensor.dtype);
+    ranks.insert(p.tensor.shape.size());
+    bool any_empty = false, any_uneven = false;
+    for (const Layout* l : {&p.src, &p.dst}) {
+      const Parts parts = parts_of(p.tensor, *l);
+      any_empty = any_empty || parts.empty;
+      any_uneven = any_uneven || parts.uneven;
+      if (!placed_by_default(l->mesh, p.cluster)) ++explicit_lists;
+      if (l->mesh.rank() == 2) ++two_d;
+      for (int d = 0; d < static_cast<int>(l->spec.dims().size()); ++d) {
+        if (l->spec.dims()[d].size() == 2) ++two_axes;
+        if (l->spec.nested(d)) ++nested;
+      }
+    }
+    empty += any_empty;
+    uneven += any_uneven;
+    overlapping += shares_a_device(p.src.mesh, p.dst.mesh);
+    split += c.split;
+  }
+  EXPECT_EQ(dtypes.size(), 8u);
+  EXPECT_EQ(ranks, (std::set<size_t>{1, 2, 3}));
+  // Each corner in at least 10 of the 400 cases (seed 7 gives 21 nested dims, 39 cases with empty
+  // tiles, and far more of the others).
+  for (const auto& [what, count] : {std::pair{"empty tiles", empty},
+                                    {"uneven splits", uneven},
+                                    {"overlapping meshes", overlapping},
+                                    {"explicit device lists", explicit_lists},
+                                    {"2-D meshes", two_d},
+                                    {"dims over two axes", two_axes},
+                                    {"nested dims", nested},
+                                    {"--split", split}})
+    EXPECT_GE(count, 10) << what;
+  EXPECT_LE(split, 300);
+}
+
+TEST(RandomSuiteTest, ClustersFitTheDevicesGivenAndTheTensorsTheBytes) {
+  for (int devices : {8, 6, 3}) {
+    for (const BenchCase& c : random_suite(3, 100, devices, 16384)) {
+      EXPECT_LE(c.problem.cluster.devices(), devices) << c.description;
+      EXPECT_EQ(devices % c.problem.cluster.devices_per_host, 0) << c.description;
+      // About 16 KiB: dim 0 is sized to it, plus up to 6 rows (or 1 row when a row is larger).
+      const int64_t row = c.problem.tensor.bytes() / c.problem.tensor.shape[0];
+      EXPECT_LE(c.problem.tensor.bytes(), std::max<int64_t>(16384 + 6 * row, row)) << c.description;
+    }
+  }
+}
+
+TEST(RandomSuiteTest, TheSameSeedGivesTheSameCases) {
+  const auto a = random_suite(11, 50), b = random_suite(11, 50);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].problem, b[i].problem);
+    EXPECT_EQ(a[i].description, b[i].description);
+  }
+}
+
+}  // namespace
+}  // namespace meshcast
