@@ -19,13 +19,10 @@
 #include "meshcast/plan/validate.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
-#include "meshcast/runtime/local/local_executor.h"
+#include "meshcast/runtime/executors.h"
 #include "meshcast/runtime/watchdog.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/suites/model.h"
-#ifdef MESHCAST_PYTHON_WITH_MPI
-#include "meshcast/runtime/mpi/mpi_executor.h"
-#endif
 
 namespace py = pybind11;
 
@@ -318,19 +315,6 @@ std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const T
   return {v.data, static_cast<size_t>(box.volume() * dtype_size(tensor.dtype))};
 }
 
-std::unique_ptr<Executor> make_executor(const std::string& backend, int threads) {
-  if (backend == "local") return make_local_executor({.threads = threads});
-#ifdef MESHCAST_PYTHON_WITH_MPI
-  if (backend == "mpi") return make_mpi_executor();
-#else
-  if (backend == "mpi")
-    throw InvalidArgument(
-        "backend 'mpi': this meshcast was built without MPI (Open MPI was not found when it was "
-        "configured); use backend='local'");
-#endif
-  throw InvalidArgument(fmt::format("bad backend '{}': expected 'local' or 'mpi'", backend));
-}
-
 // A plan compiled once for one executor, run on dicts of arrays.
 // The tensors of a plan, in plan order: what a Resharder checks arrays against.
 struct PlanTensor {
@@ -354,11 +338,13 @@ struct HereTile {
 
 class Resharder {
  public:
-  Resharder(Plan plan, const std::string& backend, int threads, double timeout_s)
+  Resharder(Plan plan, const std::string& backend, int threads, double timeout_s,
+            int64_t max_staging_bytes)
       : plan_(std::move(plan)),
         tensors_(tensors_of(plan_)),
         watchdog_(timeout_s),
-        executor_(make_executor(backend, threads)) {
+        executor_(
+            make_executor(backend, {.threads = threads, .max_staging_bytes = max_staging_bytes})) {
     {
       py::gil_scoped_release release;
       watchdog_.enter("compiling the plan");
@@ -382,6 +368,7 @@ class Resharder {
   Resharder& operator=(const Resharder&) = delete;
 
   std::vector<DeviceId> devices_here() const { return compiled_->devices_here(); }
+  int64_t staging_bytes() const { return compiled_->staging_bytes(); }
   std::vector<std::string> tensor_names() const {
     std::vector<std::string> names;
     for (const auto& t : tensors_) names.push_back(t.name);
@@ -581,8 +568,10 @@ PYBIND11_MODULE(_core, m) {
       });
 
   py::class_<Resharder>(m, "Resharder")
-      .def(py::init<Plan, const std::string&, int, double>(), py::arg("plan"), py::arg("backend"),
-           py::arg("threads"), py::arg("timeout_s"))
+      .def(py::init<Plan, const std::string&, int, double, int64_t>(), py::arg("plan"),
+           py::arg("backend"), py::arg("threads"), py::arg("timeout_s"),
+           py::arg("max_staging_bytes"))
+      .def_property_readonly("staging_bytes", &Resharder::staging_bytes)
       .def_property_readonly("devices", &Resharder::devices_here)
       .def_property_readonly("tensor_names", &Resharder::tensor_names)
       .def("start", &Resharder::start, py::arg("src"), py::arg("out"), py::arg("allocate"))

@@ -108,7 +108,7 @@ RUN=(--shape 8,12 --dtype int64 --src-mesh 2x2 --src-spec S0S1 --dst-mesh 2x2 --
 check run-local-verify 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --verify --iters 2
 check run-local-json 0 '"verified":true' -- "$MESHCAST" run "${RUN[@]}" --verify --json --strategy allgather
 check run-prediction 0 "predicted: .* by the simulator" -- "$MESHCAST" run "${RUN[@]}" --iters 1
-check run-bad-backend 2 "bad --backend 'foo': expected local or mpi" -- "$MESHCAST" run "${RUN[@]}" --backend foo
+check run-bad-backend 2 "bad backend 'foo': expected local or mpi" -- "$MESHCAST" run "${RUN[@]}" --backend foo
 check run-bad-iters 2 "bad --iters 0: expected a number >= 1" -- "$MESHCAST" run "${RUN[@]}" --iters 0
 check run-bad-cluster 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" run "${RUN[@]}" --cluster /nonexistent.json
 check bench-local-verify 0 "backend local" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --verify

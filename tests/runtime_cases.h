@@ -143,6 +143,20 @@ inline Plan plan_of(Resharding problem, std::vector<Op> ops) {
   return plan;
 }
 
+// Device 1, outside both meshes, relays the 4x9 float64 tensor of small_problem("RR") row by row
+// from device 0 to devices 2 and 3: each row's staging buffer is free once forwarded, so the
+// relay needs one row's bytes (72) of staging memory, not the tensor's (288).
+inline Plan row_by_row_relay_plan() {
+  std::vector<Op> ops;
+  for (int row = 0; row < 4; ++row) {
+    const Box box{{{row, row + 1}, {0, 9}}};
+    ops.push_back(hand_op(2 * row, OpKind::send, box, 0, {1}));
+    ops.push_back(hand_op(2 * row + 1, OpKind::broadcast, box, 1, {2, 3}));
+  }
+  return plan_of(small_problem("RR"), std::move(ops));
+}
+inline constexpr int64_t kRowBytes = 9 * 8;
+
 // Plans no strategy makes but a valid plan may: relays outside the destination mesh that keep
 // what they forward in staging buffers, receivers whose tile holds only part of a box, strided
 // allgather parts and tiny chunks.

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "meshcast/error.h"
+#include "meshcast/runtime/placement.h"
 #include "meshcast/tasks/paper_cases.h"
 #include "runtime_allocations.h"
 #include "runtime_cases.h"
@@ -100,6 +101,35 @@ TEST(LocalExecutorTest, ASecondRunOfACompiledPlanAllocatesNothing) {
   EXPECT_GT(compile_allocations, 0);
   EXPECT_EQ(allocations, 0);
   EXPECT_EQ(count_destination_errors(p, buffers), 0);
+}
+
+// Staging buffers whose lives do not overlap share memory; the bound refuses a plan needing more
+// before any byte moves, and a second run allocates nothing.
+TEST(LocalExecutorTest, StagingMemoryIsReusedAndBounded) {
+  const Plan plan = testing::row_by_row_relay_plan();
+  auto executor = make_local_executor({.threads = 2, .max_staging_bytes = testing::kRowBytes});
+  const auto compiled = executor->compile(plan);
+  EXPECT_EQ(compiled->staging_bytes(), testing::kRowBytes);
+  EXPECT_EQ(testing::play_and_count_errors(*executor, plan), 0);
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
+  const auto views = buffer_views(buffers);
+  compiled->run(views);
+  testing::allocations = 0;
+  testing::counting_allocations = true;
+  compiled->run(views);
+  testing::counting_allocations = false;
+  EXPECT_EQ(testing::allocations, 0);
+
+  auto tight = make_local_executor({.max_staging_bytes = testing::kRowBytes - 1});
+  try {
+    tight->compile(plan);
+    FAIL() << "compiled a plan above its staging bound";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 72 bytes of staging memory in this process"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(make_local_executor({.max_staging_bytes = -1}), InvalidArgument);
 }
 
 TEST(LocalExecutorTest, StartReturnsAndWaitCompletesTheRun) {

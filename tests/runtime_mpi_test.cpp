@@ -55,6 +55,27 @@ TEST(MpiExecutorTest, BucketsOfTinyTensorsDeliverEveryElement) {
   }
 }
 
+// The relay rank holds one row at a time; a bound below that is refused on every rank together.
+TEST(MpiExecutorTest, StagingMemoryIsReusedAndBoundedOnEveryRank) {
+  if (ranks < 4 || ranks % 2 != 0)
+    GTEST_SKIP() << "the relay plan needs an even number >= 4 of ranks, not " << ranks;
+  Plan plan = testing::row_by_row_relay_plan();
+  plan.batch.cluster.hosts = ranks / 2;  // extra ranks idle
+  auto bounded = make_mpi_executor({.max_staging_bytes = testing::kRowBytes});
+  const auto compiled = bounded->compile(plan);
+  EXPECT_EQ(bounded->max_over_processes(static_cast<double>(compiled->staging_bytes())),
+            static_cast<double>(testing::kRowBytes));
+  EXPECT_EQ(testing::play_and_count_errors(*bounded, plan), 0);
+  auto tight = make_mpi_executor({.max_staging_bytes = testing::kRowBytes - 1});
+  int refused = 0;
+  try {
+    tight->compile(plan);
+  } catch (const InvalidArgument& e) {
+    refused = std::string(e.what()).find("needs 72 bytes of staging memory") != std::string::npos;
+  }
+  EXPECT_EQ(world->sum_over_processes(refused), ranks);
+}
+
 TEST(MpiExecutorTest, BroadcastsOnMpiBcastCommunicatorsDeliverEveryElement) {
   auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
   for (const Resharding& p : corpus_for_this_run())

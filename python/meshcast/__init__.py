@@ -194,16 +194,21 @@ class Resharder:
     per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD).
     `timeout`: seconds compiling or one wait() may block (a peer process that died or hangs)
     before the process prints what it waited in and exits with status 3, so that mpirun stops
-    every rank; 0: forever."""
+    every rank; 0: forever. `max_staging_bytes`: the plan is refused (ValueError, before any byte
+    moves) when the memory this process would hold besides the arrays (boxes it relays or keeps
+    beside a destination shard, packed messages) is larger; 0: no limit. `staging_bytes` gives
+    that memory: allocated once, reused by every run."""
 
-    def __init__(self, plan, backend="local", comm=None, threads=0, timeout=300.0):
+    def __init__(self, plan, backend="local", comm=None, threads=0, timeout=300.0,
+                 max_staging_bytes=0):
         if not isinstance(plan, Plan):
             raise TypeError(f"plan {plan!r}: expected an mc.Plan")
         if backend == "mpi" and comm is not None:
             from mpi4py import MPI
             if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
                 raise ValueError("comm: expected MPI.COMM_WORLD (rank r plays device r)")
-        self._core = _core.Resharder(plan, backend, threads, float(timeout))
+        self._core = _core.Resharder(plan, backend, threads, float(timeout),
+                                     int(max_staging_bytes))
         self._names = self._core.tensor_names
         self.plan = plan
 
@@ -211,6 +216,11 @@ class Resharder:
     def devices(self):
         """Devices whose shards this process passes."""
         return self._core.devices
+
+    @property
+    def staging_bytes(self):
+        """Memory this process holds for the plan besides the arrays (bytes)."""
+        return self._core.staging_bytes
 
     def start(self, src, out=None):
         """Starts moving `src` {device: array} (a batch: {name: {device: array}}) into `out`

@@ -89,6 +89,36 @@ class Holdings {
   std::vector<std::unordered_map<DeviceId, std::vector<std::pair<Box, Place>>>> held_;
 };
 
+// Gives each staging buffer of one device (in the order they are filled) the lowest offset where
+// it overlaps no buffer still in use when it is filled, and returns the memory they need in all.
+// Offsets are multiples of 64 bytes.
+int64_t assign_staging_offsets(const Batch& batch, const std::vector<int>& first_use,
+                               const std::vector<int>& last_use, std::vector<StagedBox>& boxes) {
+  constexpr int64_t kAlign = 64;
+  struct Live {
+    int64_t begin, end;
+    int last_use;
+  };
+  std::vector<Live> live;  // sorted by begin
+  int64_t peak = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const int now = first_use[i];
+    std::erase_if(live, [&](const Live& l) { return l.last_use < now; });
+    const int64_t bytes =
+        boxes[i].box.volume() * dtype_size(batch.tensors[boxes[i].tensor].tensor.dtype);
+    int64_t offset = 0;
+    auto at = live.begin();
+    for (; at != live.end() && at->begin < offset + bytes; ++at)
+      offset = std::max(offset, (at->end + kAlign - 1) / kAlign * kAlign);
+    boxes[i].offset = offset;
+    live.insert(std::upper_bound(live.begin(), live.end(), offset,
+                                 [](int64_t o, const Live& l) { return o < l.begin; }),
+                {offset, offset + bytes, last_use[i]});
+    peak = std::max(peak, offset + bytes);
+  }
+  return peak;
+}
+
 }  // namespace
 
 std::vector<DeviceId> participants(const Op& op) {
@@ -109,6 +139,11 @@ Placement place_plan(const Plan& plan) {
   out.ops_of.resize(devices);
   out.ops.reserve(plan.ops.size());
   Holdings holdings(out.tiles);
+  // Per device, per staging buffer: the last op that reads or fills it.
+  std::vector<std::vector<int>> first_use(devices), last_use(devices);
+  const auto use = [&](const Place& place, int k) {
+    if (place.kind == BufferKind::staging) last_use[place.device][place.staging] = k;
+  };
   for (int k = 0; k < static_cast<int>(plan.ops.size()); ++k) {
     const Op& op = plan.ops[k];
     check_op_shape(op, batch, k);
@@ -131,7 +166,9 @@ Placement place_plan(const Plan& plan) {
         }
       } else {
         at.source = holdings.find(*op.sender, t, piece.slice, op);
+        use(*at.source, k);
       }
+      for (const Place& held : at.part_sources) use(held, k);
       placed.pieces.push_back(std::move(at));
     }
     for (size_t p = 0; p < op.pieces.size(); ++p) {
@@ -145,6 +182,8 @@ Placement place_plan(const Plan& plan) {
           at.spills.push_back(std::nullopt);
         } else {
           out.staging[r].push_back({t, piece.slice});
+          first_use[r].push_back(k);
+          last_use[r].push_back(k);
           at.targets.push_back({r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1,
                                 piece.slice, t});
           const Box spill = intersect(piece.slice, tile);
@@ -155,7 +194,18 @@ Placement place_plan(const Plan& plan) {
     }
     out.ops.push_back(std::move(placed));
   }
+  out.staging_bytes.resize(devices);
+  for (int d = 0; d < devices; ++d)
+    out.staging_bytes[d] = assign_staging_offsets(batch, first_use[d], last_use[d], out.staging[d]);
   return out;
+}
+
+void check_staging_limit(int64_t needed, int64_t limit, std::string_view where) {
+  if (limit > 0 && needed > limit)
+    throw InvalidArgument(fmt::format(
+        "the plan needs {} bytes of staging memory {}, more than the limit of {} bytes "
+        "(--max-staging-bytes): raise the limit, or plan with smaller buckets or fewer relays",
+        needed, where, limit));
 }
 
 }  // namespace meshcast

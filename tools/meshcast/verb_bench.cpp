@@ -13,10 +13,10 @@
 #include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/runtime/executors.h"
 #include "meshcast/suites/bench.h"
 #include "meshcast/suites/weights.h"
 #include "meshcast/version.h"
-#include "run_common.h"
 #include "verbs.h"
 
 namespace meshcast::cli {
@@ -34,7 +34,8 @@ struct BenchOptions {
   std::string backend = "sim";
   int64_t bytes = 0;  // local/mpi: tensors shrunk to about this size (0: default_bytes)
   std::string cluster_file;
-  int64_t max_memory = 0;  // local/mpi: 0 = the memory available
+  int64_t max_memory = 0;         // local/mpi: 0 = the memory available
+  int64_t max_staging_bytes = 0;  // local/mpi: 0 = no limit
   MeasureOptions measure{.iters = 3, .warmup = 1, .verify = false};
   bool json = false;
   std::string svg;
@@ -300,7 +301,7 @@ void run_bench(const BenchOptions& o) {
   std::unique_ptr<Executor> executor;
   int ranks = 0;
   if (o.backend != "sim") {
-    executor = make_executor(o.backend, 0, false);
+    executor = make_executor(o.backend, {.max_staging_bytes = o.max_staging_bytes});
     ranks = static_cast<int>(executor->sum_over_processes(1));
   }
   const auto links =
@@ -430,6 +431,11 @@ void add_bench_verb(CLI::App& app) {
                    "local/mpi: refuse a row whose tiles on this machine need more bytes than this "
                    "(default: the memory available)")
       ->check(in_range(1));
+  verb->add_option("--max-staging-bytes", o->max_staging_bytes,
+                   "local/mpi: refuse a plan whose staging memory (relayed boxes, packed "
+                   "messages) in one process is larger (0: no limit)")
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->add_option("--svg", o->svg, "Write a grouped bar chart of effective bandwidth here");
   verb->callback([o] { run_bench(*o); });

@@ -16,8 +16,8 @@
 #include "meshcast/pipeline/render.h"
 #include "meshcast/pipeline/runtime.h"
 #include "meshcast/plan/json_input.h"
+#include "meshcast/runtime/executors.h"
 #include "meshcast/version.h"
-#include "run_common.h"
 #include "verbs.h"
 
 namespace meshcast::cli {
@@ -299,7 +299,7 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
       throw InvalidArgument(
           fmt::format("bad --method '{}': expected one of {}", o.method, fmt::join(names, ", ")));
   }
-  const ExecutorFactory make = [&o] { return make_executor(o.backend, 2, false); };
+  const ExecutorFactory make = [&o] { return make_executor(o.backend, {.threads = 2}); };
   std::unique_ptr<Executor> reporter = make();  // is_leader()
   std::map<std::string, PipelineCosts> costs;
   std::vector<Played> rows;

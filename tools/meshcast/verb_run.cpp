@@ -11,11 +11,11 @@
 #include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/runtime/executors.h"
 #include "meshcast/runtime/measure.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/suites/bench.h"
 #include "meshcast/version.h"
-#include "run_common.h"
 #include "verbs.h"
 
 namespace meshcast::cli {
@@ -29,7 +29,8 @@ struct RunOptions {
   MeasureOptions measure;
   bool json = false;
   std::string cluster_file;
-  int64_t max_memory = 0;  // 0: what the machine has available
+  int64_t max_memory = 0;         // 0: what the machine has available
+  int64_t max_staging_bytes = 0;  // 0: no limit
 };
 
 int local_threads(const RunOptions& o) {
@@ -174,9 +175,16 @@ void add_run_verb(CLI::App& app) {
                    "Refuse to run when the tiles on this machine need more bytes than this "
                    "(default: the memory available)")
       ->check(in_range(1));
+  verb->add_option("--max-staging-bytes", o->max_staging_bytes,
+                   "Refuse a plan whose staging memory (relayed boxes, packed messages) in one "
+                   "process is larger (0: no limit)")
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--json", o->json, "Print the JSON document (docs/json.md)");
   verb->callback([o] {
-    auto executor = make_executor(o->backend, o->threads, o->mpi_bcast);
+    auto executor = make_executor(o->backend, {.threads = o->threads,
+                                               .mpi_bcast = o->mpi_bcast,
+                                               .max_staging_bytes = o->max_staging_bytes});
     Report report;
     try {
       report = run_plan(*executor, *o);

@@ -37,6 +37,10 @@ class CompiledPlan {
   // Devices whose buffers this process passes: every device of the plan in-process, the rank's
   // own device under MPI.
   virtual const std::vector<DeviceId>& devices_here() const = 0;
+  // Memory this process holds for the plan besides the caller's buffers: staging buffers (boxes a
+  // device relays, or keeps beside its destination tile) and the buffer messages are packed in.
+  // Allocated once by compile(), reused by every run.
+  virtual int64_t staging_bytes() const = 0;
 
   // Starts playing the plan and returns. Throws InvalidArgument, before any byte moves, when the
   // buffers of a (device, tensor) with a non-empty tile are missing, given twice, or of a size

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "meshcast/plan/plan.h"
@@ -39,17 +40,23 @@ struct OpPlacement {
   std::vector<PiecePlacement> pieces;  // one per piece of the op, in its order
 };
 
-// One staging buffer: a box of one tensor.
+// One staging buffer: a box of one tensor, at `offset` in its device's staging memory.
 struct StagedBox {
   int tensor = 0;
   Box box;
+  int64_t offset = 0;
 };
 
 struct Placement {
   std::vector<OpPlacement> ops;                 // one per plan op, in plan order
   std::vector<std::vector<DeviceTiles>> tiles;  // per tensor, per device of the cluster
   std::vector<std::vector<StagedBox>> staging;  // per device: the boxes of its staging buffers
-  std::vector<std::vector<int>> ops_of;         // per device: indices of its ops, in plan order
+  // Per device: bytes of its staging memory. A staging buffer lives from the op that fills it to
+  // the last op that reads it; buffers whose lives do not overlap share memory, so a relay that
+  // forwards a model piece by piece holds one piece at a time, not the model. (Each device plays
+  // its ops in plan order in every executor, so a later op never overlaps an earlier one there.)
+  std::vector<int64_t> staging_bytes;
+  std::vector<std::vector<int>> ops_of;  // per device: indices of its ops, in plan order
 };
 
 // Devices that take part in an op: the sender (if any) first, then the receivers (a copy's
@@ -60,5 +67,9 @@ std::vector<DeviceId> participants(const Op& op);
 // op when a device is outside the cluster, an op has the wrong participants for its kind, or a
 // device must send a box it does not hold at that point.
 Placement place_plan(const Plan& plan);
+
+// Throws InvalidArgument when `needed` bytes of staging memory are more than `limit` (0: no
+// limit), naming both: a run that would exceed its memory bound is refused before any byte moves.
+void check_staging_limit(int64_t needed, int64_t limit, std::string_view where);
 
 }  // namespace meshcast

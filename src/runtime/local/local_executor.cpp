@@ -115,7 +115,7 @@ class LocalPlan final : public CompiledPlan {
     const Placement placement = place_plan(plan);
     for (const auto& t : plan.batch.tensors) elem_size_.push_back(dtype_size(t.tensor.dtype));
     devices_here_ = tiles_.devices();
-    allocate_staging(placement);
+    allocate_staging(placement, options);
     build_steps(plan, placement, options);
     build_dependencies(plan, placement);
     pool_.reserve(static_cast<int64_t>(steps_.size()));
@@ -126,6 +126,7 @@ class LocalPlan final : public CompiledPlan {
   }
 
   const std::vector<DeviceId>& devices_here() const override { return devices_here_; }
+  int64_t staging_bytes() const override { return static_cast<int64_t>(staging_memory_.size()); }
 
   void start(std::span<const DeviceBuffers> buffers) override {
     if (running_)
@@ -169,18 +170,19 @@ class LocalPlan final : public CompiledPlan {
     return nullptr;
   }
 
-  void allocate_staging(const Placement& placement) {
+  // Every device's staging memory (place_plan's reuse within a device) in one allocation.
+  void allocate_staging(const Placement& placement, const LocalOptions& options) {
     int64_t total = 0;
-    for (const auto& boxes : placement.staging)
-      for (const StagedBox& b : boxes) total += b.box.volume() * elem_size_[b.tensor];
+    for (int64_t bytes : placement.staging_bytes) total += bytes;
+    check_staging_limit(total, options.max_staging_bytes, "in this process (all its devices)");
     staging_memory_.resize(total);
     staging_.resize(placement.staging.size());
-    int64_t offset = 0;
-    for (size_t d = 0; d < placement.staging.size(); ++d)
-      for (const StagedBox& b : placement.staging[d]) {
-        staging_[d].push_back(staging_memory_.data() + offset);
-        offset += b.box.volume() * elem_size_[b.tensor];
-      }
+    int64_t base = 0;
+    for (size_t d = 0; d < placement.staging.size(); ++d) {
+      for (const StagedBox& b : placement.staging[d])
+        staging_[d].push_back(staging_memory_.data() + base + b.offset);
+      base += placement.staging_bytes[d];
+    }
   }
 
   BufferRef ref(const Place& place) const {
@@ -355,6 +357,9 @@ std::unique_ptr<Executor> make_local_executor(const LocalOptions& options) {
   if (options.threads < 0)
     throw InvalidArgument(fmt::format(
         "bad thread count {}: expected >= 0 (0: one per hardware thread)", options.threads));
+  if (options.max_staging_bytes < 0)
+    throw InvalidArgument(fmt::format("bad staging limit {} bytes: expected >= 0 (0: no limit)",
+                                      options.max_staging_bytes));
   if (options.split_bytes <= 0)
     throw InvalidArgument(
         fmt::format("bad split size {} bytes: expected > 0", options.split_bytes));

@@ -103,6 +103,9 @@ class MpiPlan final : public CompiledPlan {
   ~MpiPlan() override;
 
   const std::vector<DeviceId>& devices_here() const override { return tiles_.devices(); }
+  int64_t staging_bytes() const override {
+    return static_cast<int64_t>(staging_memory_.size() + scratch_.size());
+  }
   void start(std::span<const DeviceBuffers> buffers) override;
   RunTiming wait() override;
   RunTiming run(std::span<const DeviceBuffers> buffers) override;
@@ -189,6 +192,10 @@ class MpiExecutor final : public Executor {
     if (slot == static_cast<ptrdiff_t>(slots_.size())) slots_.push_back(false);
     auto compiled = std::make_unique<MpiPlan>(plan, *this, static_cast<int>(slot));
     slots_[slot] = true;
+    // Every rank refuses the plan together when one would exceed the bound.
+    check_staging_limit(
+        static_cast<int64_t>(max_over_processes(static_cast<double>(compiled->staging_bytes()))),
+        options_.max_staging_bytes, "on the rank that needs the most");
     return compiled;
   }
 
@@ -353,12 +360,8 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
       tiles_(plan.batch, {executor.rank()}) {
   for (const auto& t : plan.batch.tensors) elem_size_.push_back(dtype_size(t.tensor.dtype));
   const Placement placement = place_plan(plan);
-  int64_t staged = 0;
-  for (const StagedBox& b : placement.staging[rank_]) {
-    staging_offsets_.push_back(staged);
-    staged += b.box.volume() * elem_size_[b.tensor];
-  }
-  staging_memory_.resize(staged);
+  for (const StagedBox& b : placement.staging[rank_]) staging_offsets_.push_back(b.offset);
+  staging_memory_.resize(placement.staging_bytes[rank_]);
   for (int k : placement.ops_of[rank_]) compile_op(plan.ops[k], placement.ops[k], placement, k);
   scratch_.resize(scratch_bytes_);
   size_t requests = 0;

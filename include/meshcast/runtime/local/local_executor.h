@@ -12,6 +12,9 @@ namespace meshcast {
 struct LocalOptions {
   int threads = 0;                // workers; 0: one per hardware thread
   int64_t split_bytes = 1 << 20;  // copies above this are cut into pieces the workers share
+  // compile() refuses a plan whose staging memory (boxes relayed or kept beside a destination
+  // tile, all devices together) is larger; 0: no limit.
+  int64_t max_staging_bytes = 0;
 };
 
 // Devices take part in their ops in plan order (docs/concepts.md): an op becomes ready when every

@@ -14,6 +14,10 @@ enum class MpiBroadcast {
 
 struct MpiOptions {
   MpiBroadcast broadcast = MpiBroadcast::chain;
+  // compile() refuses, on every rank, a plan for which a rank's staging memory (boxes it relays
+  // or keeps beside its destination tile, and the buffer it packs messages in) is larger; 0: no
+  // limit.
+  int64_t max_staging_bytes = 0;
 };
 
 // Initializes MPI on first use (thread level serialized or better, finalized at exit) and
