@@ -222,14 +222,17 @@ check bucket-run 0 "checked, 0 wrong" -- "$MESHCAST" run --batch "$BATCH_DIR/tin
 "$MESHCAST" plan --batch "$BATCH_DIR/tiny.json" --json >"$BATCH_DIR/tiny-plan.json"
 check bucket-plan-check 0 "valid plan, 6 ops" -- "$MESHCAST" plan --check "$BATCH_DIR/tiny-plan.json"
 check bucket-bad 2 "bad --bucket-bytes -1: expected a number >= 0" -- "$MESHCAST" simulate --batch "$BATCH_DIR/tiny.json" --bucket-bytes -1
+# bench --batch: the four weight-sync methods on real buffers, every element checked, staging bounded
+check bench-batch-local 0 "gather_broadcast +[0-9]+ +[0-9.]+" -- "$MESHCAST" bench --batch "$BATCH_DIR/tiny.json" --backend local --verify --iters 1 --warmup 0
+check bench-batch-sim 0 "suite batch, backend sim" -- "$MESHCAST" bench --batch "$BATCH_DIR/tiny.json"
+check bench-batch-staging 2 "bytes of staging memory in this process .*more than the limit of 100 bytes" -- "$MESHCAST" bench --batch "$BATCH_DIR/tiny.json" --backend local --max-staging-bytes 100 --iters 1
 rm -rf "$BATCH_DIR"
 
 WEIGHTS_DIR=$(mktemp -d)
 "$MESHCAST" bench --suite weights --json >"$WEIGHTS_DIR/weights.json" 2>&1
 check bench-weights-json 0 '\{"description":"Llama-70B tp=8,pp=4,dp=1 -> tp=8,pp=1,replicas=8","joint_speedup":[0-9.]+,"lower_bound_s":[0-9.]+,"method":"gather_broadcast","model":"llama70b"' -- cat "$WEIGHTS_DIR/weights.json"
 rm -rf "$WEIGHTS_DIR"
-check bench-weights-backend 2 "--suite weights: bad --backend 'local': expected sim" -- "$MESHCAST" bench --suite weights --backend local
-check bench-weights-strategies 2 "--suite weights runs every model with every method" -- "$MESHCAST" bench --suite weights --strategies send_recv
+check bench-weights-strategies 2 "--suite weights and --batch run every model with every method" -- "$MESHCAST" bench --suite weights --strategies send_recv
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

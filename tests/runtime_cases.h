@@ -71,17 +71,18 @@ inline std::vector<Batch> batches_on(int devices, unsigned seed, int count, int 
 }
 
 // Weight-sync-like batches of many tiny tensors (tests/corpus.h) on exactly `devices` devices
-// (2 per host when that divides them), each planned with buckets of `bucket_bytes` for every
-// strategy; the plans together hold at least one bucket.
-inline std::vector<Plan> bucket_plans_on(int devices, unsigned seed, int batches,
-                                         int64_t bucket_bytes) {
+// (2 per host when that divides them), each planned with buckets of `bucket_bytes` with each of
+// `options`.
+inline std::vector<Plan> bucket_plans_on(
+    int devices, unsigned seed, int batches, int64_t bucket_bytes,
+    const std::vector<PlanOptions>& options = every_strategy()) {
   std::mt19937 rng(seed);
   const int per_host = devices % 2 == 0 ? 2 : 1;
   std::vector<Plan> plans;
   for (int i = 0; i < batches; ++i) {
     const Batch batch =
         tiny_tensor_batch(rng, 30 + static_cast<int>(rng() % 50), devices / per_host, per_host);
-    for (PlanOptions o : every_strategy()) {
+    for (PlanOptions o : options) {
       o.bucket_bytes = bucket_bytes;
       plans.push_back(make_plan(batch, o));
     }

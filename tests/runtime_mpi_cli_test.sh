@@ -73,5 +73,14 @@ BATCH="$(dirname "$0")/data/batch-3-tensors.json"
 check batch-run-verify 0 "checked, 0 wrong" 1 -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" run --backend mpi --batch "$BATCH" --verify --iters 2
 
+# The four weight-sync methods (buckets, relays that keep part of what they receive) on 8 ranks,
+# every element checked: a tiny llama, tp=2,pp=2 -> tp=2,replicas=2.
+TINY=$(mktemp -d)
+"$MESHCAST" model --hidden 64 --layers 4 --heads 4 --ffn 128 --vocab 100 --train tp=2,pp=2 \
+  --serve tp=2,replicas=2 -o "$TINY/tiny.json" >/dev/null
+check bench-batch-mpi 0 "^ +(joint|per_tensor|full_broadcast|gather_broadcast) " 4 -- \
+  "${MPIRUN[@]}" -np 8 "$MESHCAST" bench --batch "$TINY/tiny.json" --backend mpi --verify --iters 1 --warmup 0
+rm -rf "$TINY"
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -44,7 +44,12 @@ TEST(MpiExecutorTest, RandomBatchesDeliverEveryElementOfEveryTensor) {
 TEST(MpiExecutorTest, BucketsOfTinyTensorsDeliverEveryElement) {
   auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
   for (int64_t bucket : {int64_t{96}, int64_t{1} << 20}) {
-    const auto plans = testing::bucket_plans_on(ranks, 7, 2, bucket);
+    // One option per strategy: every rank count of the suite plays these.
+    const auto plans = testing::bucket_plans_on(
+        ranks, 7, 2, bucket,
+        {{.strategy = Strategy::send_recv, .search_effort = 0},
+         {.strategy = Strategy::allgather, .search_effort = 0},
+         {.strategy = Strategy::broadcast, .split = true, .chunk_bytes = 64, .search_effort = 0}});
     ASSERT_GT(testing::buckets_in(plans), 0) << "buckets of " << bucket;
     for (size_t i = 0; i < plans.size(); ++i) {
       ASSERT_EQ(testing::play_and_count_errors(*world, plans[i]), 0)

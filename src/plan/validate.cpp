@@ -39,7 +39,9 @@ struct Received {
 // Replays a plan op by op, tracking what each device has received per unit task of each tensor.
 // Task slices of one tensor are disjoint and every op's slice lies in its task's slice, so boxes
 // of different tasks never overlap and each (device, tensor, task) list stays pairwise disjoint:
-// volumes then decide coverage.
+// volumes then decide coverage. A device may receive a piece beyond its destination tile (a relay
+// outside the destination mesh, or a receiver given a whole shard): it keeps the part inside its
+// tile and may forward the rest; only the devices that need a task's slice must end with it.
 class Checker {
  public:
   explicit Checker(const Plan& plan) : plan_(plan), tasks_(decompose(plan.batch)) {
@@ -49,7 +51,6 @@ class Checker {
       base += static_cast<int64_t>(tasks_[t].size());
       const TensorResharding& tensor = plan.batch.tensors[t];
       src_.push_back(tiles_by_device(tensor.tensor, tensor.src));
-      dst_.push_back(tiles_by_device(tensor.tensor, tensor.dst));
     }
     total_tasks_ = base;
   }
@@ -185,9 +186,6 @@ class Checker {
         fail(op, fmt::format("receiver {} is listed twice", r));
       if (op.kind != OpKind::copy && op.sender == r)
         fail(op, fmt::format("device {} is both sender and receiver; use a copy", r));
-      for (int i = 0; i < static_cast<int>(op.pieces.size()); ++i)
-        if (!find_tile(dst_[op.pieces[i].tensor], r))
-          fail(op, fmt::format("receiver {} is not in the destination mesh", r), i);
     }
     check_shape(op);
 
@@ -227,12 +225,6 @@ class Checker {
     // caught too.
     for (const Get& get : gets) {
       const Piece& piece = op.pieces[get.piece];
-      const Box& tile = *find_tile(dst_[piece.tensor], get.device);
-      if (!tile.contains(get.box))
-        fail(op,
-             fmt::format("device {} receives {} outside its destination tile {}", get.device,
-                         to_string(get.box), to_string(tile)),
-             get.piece);
       auto& receipts = received(get.device, piece.tensor, piece.task);
       for (const Received& r : receipts)
         if (!intersect(r.box, get.box).empty())
@@ -265,7 +257,6 @@ class Checker {
   std::vector<int64_t> task_base_;  // per tensor: index of its first task among all tensors'
   int64_t total_tasks_ = 0;
   std::vector<TilesByDevice> src_;  // per tensor
-  std::vector<TilesByDevice> dst_;
   std::unordered_map<int64_t, std::vector<Received>> received_;
 };
 

@@ -420,7 +420,14 @@ Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make) {
 }
 
 std::optional<std::string> fit_cluster(Resharding& problem, int devices) {
-  Cluster& c = problem.cluster;
+  Batch batch = Batch::of_one(problem);
+  auto why = fit_cluster(batch, devices);
+  problem.cluster = batch.cluster;
+  return why;
+}
+
+std::optional<std::string> fit_cluster(Batch& batch, int devices) {
+  Cluster& c = batch.cluster;
   if (c.devices() > devices || devices % c.devices_per_host != 0)
     return fmt::format("needs {} devices ({} hosts x {}); {} ranks cannot play it", c.devices(),
                        c.hosts, c.devices_per_host, devices);
@@ -436,6 +443,15 @@ void shrink_tensor(Resharding& problem, int64_t bytes) {
   if (bytes <= 0 || t.bytes() <= bytes) return;
   const int64_t row_bytes = t.bytes() / t.shape[0];
   t.shape[0] = std::max<int64_t>(1, bytes / row_bytes);
+}
+
+void shrink_batch(Batch& batch, int64_t bytes) {
+  const int64_t total = batch.bytes();
+  if (bytes <= 0 || total <= bytes) return;
+  const double factor = static_cast<double>(bytes) / static_cast<double>(total);
+  for (auto& t : batch.tensors)
+    t.tensor.shape[0] =
+        std::max<int64_t>(1, std::llround(static_cast<double>(t.tensor.shape[0]) * factor));
 }
 
 void fill_speedups(std::vector<BenchRow>& rows) {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <set>
 
+#include "meshcast/error.h"
 #include "meshcast/plan/lower_bound.h"
 #include "meshcast/plan/planner.h"
 #include "meshcast/sim/simulator.h"
@@ -30,24 +30,23 @@ WeightsCase model_case(std::string label, std::string name, const ModelConfig& c
   return {std::move(label), std::move(description), model_batch(config, train, serve, cluster)};
 }
 
-// The op broadcasting `slice` of tensor `tensor` from `sender` through `receivers` (in order),
+// The op broadcasting `pieces` from `sender` through `receivers` (in order) as one message,
 // pipelined in fixed chunks; a send when there is one receiver.
-Op baseline_op(const Batch& batch, int tensor, const Box& slice, DeviceId sender,
-               const std::vector<DeviceId>& receivers) {
-  Op op = make_op(receivers.size() == 1 ? OpKind::send : OpKind::broadcast,
-                  {make_piece(batch, tensor, 0, slice)}, sender, receivers);
+Op baseline_op(std::vector<Piece> pieces, DeviceId sender, const std::vector<DeviceId>& receivers) {
+  Op op = make_op(receivers.size() == 1 ? OpKind::send : OpKind::broadcast, std::move(pieces),
+                  sender, receivers);
   if (op.kind == OpKind::broadcast) op.chunk_bytes = std::min(op.bytes, kBaselineChunkBytes);
   return op;
 }
 
-// Each distinct non-empty source tile of `t` with the first device holding it.
-std::vector<std::pair<Box, DeviceId>> source_shards(const TensorResharding& t) {
-  std::vector<std::pair<Box, DeviceId>> shards;
-  std::set<Box> seen;
-  const auto tiles = device_tiles(t.tensor, t.src);
-  for (size_t i = 0; i < tiles.size(); ++i)
-    if (!tiles[i].empty() && seen.insert(tiles[i]).second)
-      shards.emplace_back(tiles[i], t.src.mesh.device_at(static_cast<int64_t>(i)));
+// A tensor's distinct source shards: for each, the first device holding it (in mesh order) and
+// the unit tasks inside it, as pieces in task order. A task's slice lies in one source tile and
+// its first sender is that tile's first holder, so a shard is exactly the union of its pieces.
+std::map<DeviceId, std::vector<Piece>> source_shards(const Batch& batch, int tensor,
+                                                     const std::vector<UnitTask>& tasks) {
+  std::map<DeviceId, std::vector<Piece>> shards;
+  for (int k = 0; k < static_cast<int>(tasks.size()); ++k)
+    shards[tasks[k].senders.front()].push_back(make_piece(batch, tensor, k, tasks[k].slice));
   return shards;
 }
 
@@ -57,6 +56,20 @@ std::vector<DeviceId> destinations(const TensorResharding& t, DeviceId sender) {
   for (DeviceId d : t.dst.mesh.devices())
     if (d != sender) out.push_back(d);
   return out;
+}
+
+// A copy for each task that `device` both needs and holds (the planner's rule): the baselines
+// send nothing to the device a shard starts from.
+void copies_of(Plan& plan, int tensor, const std::vector<UnitTask>& tasks, DeviceId device) {
+  for (int k = 0; k < static_cast<int>(tasks.size()); ++k) {
+    const auto& t = tasks[k];
+    const bool holds = std::find(t.senders.begin(), t.senders.end(), device) != t.senders.end();
+    const bool needs =
+        std::find(t.receivers.begin(), t.receivers.end(), device) != t.receivers.end();
+    if (holds && needs)
+      plan.ops.push_back(
+          make_op(OpKind::copy, {make_piece(plan.batch, tensor, k, t.slice)}, device, {device}));
+  }
 }
 
 Plan baseline_plan(const Batch& batch) {
@@ -123,11 +136,13 @@ std::vector<WeightsMethod> all_weights_methods() {
 
 Plan full_broadcast_plan(const Batch& batch) {
   Plan plan = baseline_plan(batch);
+  const auto tasks = decompose(batch);
   for (int i = 0; i < static_cast<int>(batch.tensors.size()); ++i) {
     const auto& t = batch.tensors[i];
-    for (const auto& [shard, holder] : source_shards(t)) {
+    for (auto& [holder, pieces] : source_shards(batch, i, tasks[i])) {
+      copies_of(plan, i, tasks[i], holder);
       const auto receivers = destinations(t, holder);
-      if (!receivers.empty()) plan.ops.push_back(baseline_op(batch, i, shard, holder, receivers));
+      if (!receivers.empty()) plan.ops.push_back(baseline_op(std::move(pieces), holder, receivers));
     }
   }
   number_ops(plan);
@@ -136,20 +151,25 @@ Plan full_broadcast_plan(const Batch& batch) {
 
 Plan gather_broadcast_plan(const Batch& batch) {
   Plan plan = baseline_plan(batch);
+  const auto tasks = decompose(batch);
   for (int i = 0; i < static_cast<int>(batch.tensors.size()); ++i) {
     const auto& t = batch.tensors[i];
     const DeviceId root = t.src.mesh.device_at(0);
-    for (const auto& [shard, holder] : source_shards(t))
-      if (holder != root) plan.ops.push_back(baseline_op(batch, i, shard, holder, {root}));
+    std::vector<Piece> whole;
+    for (auto& [holder, pieces] : source_shards(batch, i, tasks[i])) {
+      whole.insert(whole.end(), pieces.begin(), pieces.end());
+      if (holder != root) plan.ops.push_back(baseline_op(std::move(pieces), holder, {root}));
+    }
+    copies_of(plan, i, tasks[i], root);
     const auto receivers = destinations(t, root);
-    const Box whole = full_box(t.tensor.shape);
-    if (!receivers.empty()) plan.ops.push_back(baseline_op(batch, i, whole, root, receivers));
+    if (!receivers.empty()) plan.ops.push_back(baseline_op(std::move(whole), root, receivers));
   }
   number_ops(plan);
   return plan;
 }
 
-WeightsRow weights_row(const WeightsCase& weights_case, WeightsMethod method) {
+WeightsRow weights_row(const WeightsCase& weights_case, WeightsMethod method, Executor* executor,
+                       const MeasureOptions& measure) {
   using Clock = std::chrono::steady_clock;
   const Batch& batch = weights_case.batch;
   WeightsRow row{.label = weights_case.label,
@@ -158,11 +178,20 @@ WeightsRow weights_row(const WeightsCase& weights_case, WeightsMethod method) {
                  .tensors = static_cast<int64_t>(batch.tensors.size())};
   for (const auto& t : batch.tensors) row.model_bytes += t.tensor.bytes();
   const auto planning = Clock::now();
-  const auto account = [&row](const Plan& plan) {
+  const auto account = [&](const Plan& plan) {
     const SimResult result = simulate(plan);
-    row.time_s += result.time_s;
     row.network_bytes += nic_bytes(result);
     row.ops += static_cast<int64_t>(plan.ops.size());
+    if (!executor) {
+      row.time_s += result.time_s;
+      return;
+    }
+    row.predicted_s += result.time_s;
+    const Measurement m = meshcast::measure(*executor, plan, measure);
+    if (measure.verify && !m.verified)
+      throw Error(fmt::format("{} {}: {} of {} destination elements wrong", weights_case.label,
+                              to_string(method), m.errors, m.checked));
+    row.time_s += m.median_s;
   };
   if (method == WeightsMethod::per_tensor) {
     std::vector<Plan> plans;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -34,6 +35,7 @@ struct BenchOptions {
   std::string backend = "sim";
   int64_t bytes = 0;  // local/mpi: tensors shrunk to about this size (0: default_bytes)
   std::string cluster_file;
+  std::string batch_file;         // the weights methods on this batch instead of the suite's models
   int64_t max_memory = 0;         // local/mpi: 0 = the memory available
   int64_t max_staging_bytes = 0;  // local/mpi: 0 = no limit
   MeasureOptions measure{.iters = 3, .warmup = 1, .verify = false};
@@ -207,10 +209,10 @@ Cluster load_links(const std::string& path) {
   return links;
 }
 
-void print_weights_table(const std::vector<WeightsCase>& suite,
-                         const std::vector<WeightsRow>& rows) {
-  fmt::print("suite weights, backend sim; cluster: {}\n",
-             suite.empty() ? "-" : cluster_line(suite.front().batch.cluster));
+void print_weights_table(const BenchOptions& o, const std::vector<WeightsCase>& suite,
+                         const std::vector<WeightsRow>& rows, const std::vector<Skipped>& skipped) {
+  fmt::print("suite {}, backend {}; cluster: {}\n", o.batch_file.empty() ? "weights" : "batch",
+             o.backend, suite.empty() ? "-" : cluster_line(suite.front().batch.cluster));
   size_t width = 5;
   for (const auto& r : rows) width = std::max(width, r.label.size());
   fmt::print("{:<{}} {:<16} {:>8} {:>10} {:>10} {:>7} {:>12} {:>8}\n", "model", width, "method",
@@ -225,15 +227,23 @@ void print_weights_table(const std::vector<WeightsCase>& suite,
                to_string(r.method), r.tensors, r.time_s, r.lower_bound_s, r.ratio(),
                human_bytes(static_cast<double>(r.network_bytes)),
                r.joint_speedup > 0 ? fmt::format("{:.2f}x", r.joint_speedup) : "-");
+    if (r.predicted_s > 0)
+      fmt::print("{:<{}} {:<16} {:>8} {:>10.3f} simulated; measured / simulated {:.3f}\n", "",
+                 width, "", "", r.predicted_s, r.time_s / r.predicted_s);
   }
+  for (const auto& s : skipped) fmt::print("{} skipped: {}\n", s.label, s.reason);
   fmt::print(
-      "time: simulated; /bound: time / the batch's lower bound; NIC bytes: bytes sent over host "
-      "NICs; joint x: this method's time / joint's time (joint's speedup over it)\n");
+      "time: {}; /bound: time / the batch's lower bound; NIC bytes: bytes sent over host "
+      "NICs (simulated); joint x: this method's time / joint's time (joint's speedup over it)\n",
+      o.backend == "sim" ? "simulated" : "measured, median of --iters");
 }
 
-nlohmann::json weights_json(const std::vector<WeightsCase>& suite,
-                            const std::vector<WeightsRow>& rows) {
-  nlohmann::json j = {{"meshcast_version", kVersion}, {"suite", "weights"}, {"backend", "sim"}};
+nlohmann::json weights_json(const BenchOptions& o, const std::vector<WeightsCase>& suite,
+                            const std::vector<WeightsRow>& rows,
+                            const std::vector<Skipped>& skipped) {
+  nlohmann::json j = {{"meshcast_version", kVersion},
+                      {"suite", o.batch_file.empty() ? "weights" : "batch"},
+                      {"backend", o.backend}};
   if (!suite.empty()) j["cluster"] = cluster_to_json(suite.front().batch.cluster);
   j["rows"] = nlohmann::json::array();
   for (const auto& r : rows)
@@ -249,23 +259,51 @@ nlohmann::json weights_json(const std::vector<WeightsCase>& suite,
          {"tensors", r.tensors},
          {"model_bytes", r.model_bytes},
          {"ops", r.ops},
-         {"plan_s", r.plan_s}});
+         {"plan_s", r.plan_s},
+         {"predicted_s", r.predicted_s > 0 ? nlohmann::json(r.predicted_s) : nullptr}});
+  j["skipped"] = nlohmann::json::array();
+  for (const auto& s : skipped) j["skipped"].push_back({{"model", s.label}, {"reason", s.reason}});
   return j;
 }
 
-// The weights suite: whole models, each by every method, simulated.
+// The weights suite (or the batch of --batch): whole models, each by every method, simulated or
+// measured on real buffers with tensors shrunk to about --bytes in all.
 void run_weights(const BenchOptions& o) {
-  if (o.backend != "sim")
-    throw InvalidArgument(fmt::format(
-        "--suite weights: bad --backend '{}': expected sim (the full_broadcast and "
-        "gather_broadcast baselines deliver more than each device's slice, which the executors "
-        "cannot play yet)",
-        o.backend));
   if (!o.cases.empty() || !o.strategies.empty() || o.grow)
     throw InvalidArgument(
-        "--suite weights runs every model with every method: expected no --cases, --strategies "
-        "or --grow");
-  const auto suite = weights_suite();
+        "--suite weights and --batch run every model with every method: expected no --cases, "
+        "--strategies or --grow");
+  if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
+  std::vector<WeightsCase> suite;
+  if (o.batch_file.empty()) {
+    suite = weights_suite();
+  } else {
+    Batch batch = load_batch_file(o.batch_file);
+    const auto description = fmt::format("{} tensors", batch.tensors.size());
+    suite.push_back({std::filesystem::path(o.batch_file).stem().string(), description, batch});
+  }
+  const auto links =
+      o.cluster_file.empty() ? std::nullopt : std::optional<Cluster>(load_links(o.cluster_file));
+  if (links)
+    for (auto& c : suite) c.batch.cluster = with_links(c.batch.cluster, *links);
+  std::unique_ptr<Executor> executor;
+  std::vector<Skipped> skipped;
+  if (o.backend != "sim") {
+    executor = make_executor(o.backend, {.max_staging_bytes = o.max_staging_bytes});
+    const int ranks = static_cast<int>(executor->sum_over_processes(1));
+    std::vector<WeightsCase> playable;
+    for (auto& c : suite) {
+      shrink_batch(c.batch, o.bytes > 0 ? o.bytes : default_bytes(links));
+      const auto why = o.backend == "mpi" ? fit_cluster(c.batch, ranks) : std::nullopt;
+      if (why) {
+        skipped.push_back({c.label, c.description, *why});
+        continue;
+      }
+      check_tile_memory(c.batch, o.backend, o.max_memory, "a smaller --bytes");
+      playable.push_back(std::move(c));
+    }
+    suite = std::move(playable);
+  }
   const auto methods = all_weights_methods();
   std::vector<WeightsRow> rows;
   {
@@ -273,19 +311,20 @@ void run_weights(const BenchOptions& o) {
     for (const auto& c : suite)
       for (const auto m : methods) {
         progress.step(fmt::format("{} {}", c.label, to_string(m)));
-        rows.push_back(weights_row(c, m));
+        rows.push_back(weights_row(c, m, executor.get(), o.measure));
       }
   }
   fill_joint_speedups(rows);
+  if (executor && !executor->is_leader()) return;
   if (o.json)
-    std::cout << weights_json(suite, rows).dump() << '\n';
+    std::cout << weights_json(o, suite, rows, skipped).dump() << '\n';
   else
-    print_weights_table(suite, rows);
+    print_weights_table(o, suite, rows, skipped);
 }
 
 void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
-  if (o.suite == "weights") return run_weights(o);
+  if (o.suite == "weights" || !o.batch_file.empty()) return run_weights(o);
   if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
   const auto strategies = o.strategies.empty() ? all_strategies() : parse_strategies(o.strategies);
   const auto numbers = o.cases.empty() ? std::vector<int>{} : parse_case_numbers(o.cases);
@@ -404,13 +443,18 @@ void add_bench_verb(CLI::App& app) {
                    "Where times come from: sim, local (threads in this process) or mpi (under "
                    "mpirun, one rank per device)")
       ->capture_default_str();
+  verb->add_option("--batch", o->batch_file,
+                   "Play this batch file (docs/json.md) by every method of --suite weights "
+                   "(joint, per_tensor, full_broadcast, gather_broadcast) instead of a suite");
   verb->add_option("--cluster", o->cluster_file,
                    "Cluster document (e.g. from meshcast calibrate) whose NIC, intra-host and "
                    "latency figures and NICs per host replace every case's; each case keeps its "
                    "hosts and devices per host. Plans, bounds and predictions use them");
   verb->add_option("--bytes", o->bytes,
                    "local/mpi: shrink each tensor's first dimension to about this many bytes "
-                   "(0: 64 MiB, or with --cluster what one of its NICs moves in 1 s if less)")
+                   "(--suite weights, --batch: each model's tensors by one factor to about this "
+                   "many in all) (0: 64 MiB, or with --cluster what one of its NICs moves in 1 s "
+                   "if less)")
       ->capture_default_str()
       ->check(in_range(0));
   verb->add_option("--iters", o->measure.iters, "local/mpi: timed iterations per row (median)")

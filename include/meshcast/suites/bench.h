@@ -124,10 +124,14 @@ void check_tile_memory(const Batch& batch, std::string_view backend, int64_t max
 // Grows `problem`'s cluster with idle hosts to exactly `devices` devices. Returns why it cannot
 // (more devices than that, or a count that is not a multiple of the devices per host).
 std::optional<std::string> fit_cluster(Resharding& problem, int devices);
+std::optional<std::string> fit_cluster(Batch& batch, int devices);
 
 // Shrinks dim 0 of the tensor so that it has about `bytes` bytes (never below one row); no-op
 // when it is already that small.
 void shrink_tensor(Resharding& problem, int64_t bytes);
+// Shrinks dim 0 of every tensor by one factor so that the batch has about `bytes` bytes (each
+// tensor keeps at least one row); no-op when it is already that small.
+void shrink_batch(Batch& batch, int64_t bytes);
 
 // Fills each row's speedup from the send_recv row of its case.
 void fill_speedups(std::vector<BenchRow>& rows);

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "meshcast/plan/plan.h"
+#include "meshcast/runtime/executor.h"
+#include "meshcast/runtime/measure.h"
 #include "meshcast/tasks/batch.h"
 
 namespace meshcast {
@@ -36,9 +38,10 @@ inline constexpr int64_t kBaselineChunkBytes = 256 << 10;
 // full_broadcast: for each tensor, each distinct source shard broadcast whole, by the first
 // device holding it, to every destination device in mesh order (a chain), which keeps its slice.
 // gather_broadcast: for each tensor, every shard sent to the first device of the source mesh,
-// which then broadcasts the whole tensor to every destination device. Tensor after tensor. The
-// receivers get more than their tiles, so these plans are played by the simulator only
-// (validate_plan refuses them: it checks that each device receives exactly its tile).
+// which then broadcasts the whole tensor to every destination device. Tensor after tensor. A
+// shard (a whole tensor) is one message of pieces, its unit tasks in task order; a receiver gets
+// more than its tile, stages it and keeps its slice (docs/concepts.md#staging-memory), so these
+// are valid plans that every executor plays.
 Plan full_broadcast_plan(const Batch& batch);
 Plan gather_broadcast_plan(const Batch& batch);
 
@@ -53,15 +56,19 @@ struct WeightsRow {
   double lower_bound_s = 0;  // of the whole batch, the same for every method
   int64_t network_bytes = 0;
   double plan_s = 0;         // wall-clock seconds planning took
+  double predicted_s = 0;    // real backends: the simulator's time of the same plans (else 0)
   double joint_speedup = 0;  // this method's time / joint's time; 0 when joint was not run
 
   double ratio() const { return time_s / lower_bound_s; }
 };
 
-// Plans `weights_case` with `method` and simulates it. per_tensor plans each tensor alone
-// (make_plan of a batch of one) and plays the plans one after another: its time and bytes are
-// the sums.
-WeightsRow weights_row(const WeightsCase& weights_case, WeightsMethod method);
+// Plans `weights_case` with `method` and simulates it; with an executor, measures the same plans
+// on real buffers (time_s: the measured median, predicted_s: the simulated time; with
+// measure.verify every element of every tensor is checked, and a wrong one throws). per_tensor
+// plans each tensor alone (make_plan of a batch of one) and plays the plans one after another:
+// its time and bytes are the sums. Collective over the executor's processes.
+WeightsRow weights_row(const WeightsCase& weights_case, WeightsMethod method,
+                       Executor* executor = nullptr, const MeasureOptions& measure = {});
 
 // Fills joint_speedup of every row from the joint row of its case.
 void fill_joint_speedups(std::vector<WeightsRow>& rows);
