@@ -142,6 +142,12 @@ TEST(BatchJsonTest, NamesTheTensorAndTheField) {
       << message;
 
   j = good;
+  j["tensors"][1].erase("dtype");
+  message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("tensors[1] 'second': missing key 'dtype'"), std::string::npos)
+      << message;
+
+  j = good;
   j["tensors"][1].erase("name");
   message = error_of([&] { batch_from_json(j); });
   EXPECT_NE(message.find("tensors[1]: missing key 'name'"), std::string::npos) << message;

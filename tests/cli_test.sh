@@ -209,6 +209,8 @@ sed 's/"devices": \[5, 4, 3, 2\]/"devices": [5, 4, 3, 99]/' "$BATCH_DIR/batch.js
 check batch-mesh-outside 2 "tensors\[2\] 'b': destination: mesh 4 uses device 99" -- "$MESHCAST" run --batch "$BATCH_DIR/outside.json" --verify
 sed 's/"spec": "RS0"}, "dst"/"specs": "RS0"}, "dst"/' "$BATCH_DIR/batch.json" >"$BATCH_DIR/missing.json"
 check batch-missing-field 2 "tensors\[1\] 'layers.1.w': src: unknown key 'specs': .*did you mean 'spec'" -- "$MESHCAST" simulate --batch "$BATCH_DIR/missing.json"
+sed 's/"dtype": "float32",//' "$BATCH_DIR/batch.json" >"$BATCH_DIR/no-dtype.json"
+check batch-missing-dtype 2 "tensors\[2\] 'b': missing key 'dtype'" -- "$MESHCAST" run --batch "$BATCH_DIR/no-dtype.json" --verify
 check batch-no-file 2 "cannot read batch file '/no/such.json'" -- "$MESHCAST" plan --batch /no/such.json
 echo '{"cluster": {}, "tensors": 3}' >"$BATCH_DIR/not-a-list.json"
 check batch-not-a-list 2 "bad value for 'tensors': expected an array" -- "$MESHCAST" plan --batch "$BATCH_DIR/not-a-list.json"

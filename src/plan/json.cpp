@@ -221,10 +221,13 @@ Batch batch_from_object(const json& j) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const json& t = tensors[i];
     std::string where = fmt::format("tensors[{}]", i);
+    // Name the tensor in every message about it, a missing or unknown key too, when its name
+    // can be read.
+    if (t.is_object() && t.contains("name") && t.at("name").is_string())
+      where = fmt::format("tensors[{}] '{}'", i, t.at("name").get<std::string>());
     check_keys(t, where, {"name", "shape", "dtype", "src", "dst"});
     TensorResharding tr;
     tr.name = field<std::string>(t, "name", where);
-    where = fmt::format("tensors[{}] '{}'", i, tr.name);
     read_tensor_spec(t, where, tr.tensor);
     // Default placement as the layout options give it: the source from host 0, the destination
     // from the host after the source's last one.

@@ -1,5 +1,6 @@
 """The Python package: layouts in the three vocabularies, runs on numpy and torch checked element
 by element against mc.shard of the global array, zero-copy, and bad input."""
+import json
 import random
 
 import numpy as np
@@ -242,3 +243,21 @@ def test_bad_layouts_and_options():
         mc.Resharder(plan, backend="gpu")
     with pytest.raises(TypeError, match="expected an mc.Layout"):
         mc.plan(shape=(4, 4), dtype="float32", src="S0R", dst=dst, cluster=cluster)
+
+
+def test_staging_memory_is_reported_and_bounded():
+    # Device 1, outside both meshes, relays the tensor to device 2: it stages the 128 bytes.
+    cluster = mc.Cluster(hosts=2, devices_per_host=2)
+    src = mc.Layout(mc.Mesh([1], devices=[0]), "RR")
+    dst = mc.Layout(mc.Mesh([1], devices=[2]), "RR")
+    doc = json.loads(mc.plan(shape=(4, 8), dtype="float32", src=src, dst=dst,
+                             cluster=cluster).to_json())
+    assert len(doc["ops"]) == 1
+    doc["ops"][0].update(kind="broadcast", receivers=[1, 2], chunk_bytes=0)
+    plan = mc.Plan.from_json(json.dumps(doc))
+    with pytest.raises(ValueError, match="needs 128 bytes of staging memory"):
+        mc.Resharder(plan, max_staging_bytes=64)
+    resharder = mc.Resharder(plan, max_staging_bytes=128)
+    assert resharder.staging_bytes == 128
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(resharder.run({0: x})[2], x)
