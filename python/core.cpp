@@ -106,7 +106,7 @@ using TensorArgs =
 // mc.plan of one tensor (`batched` false: errors name "src"/"dst" as before) or of a batch.
 Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle& cluster,
           const std::string& strategy, const std::optional<std::string>& balance, bool split,
-          int64_t chunk_bytes, double search_effort) {
+          int64_t chunk_bytes, double search_effort, std::optional<int64_t> bucket_bytes) {
   Batch batch;
   batch.cluster = to_cluster(cluster);
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -133,6 +133,7 @@ Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle
                       .chunk_bytes = chunk_bytes,
                       .search_effort = search_effort};
   if (balance) options.balance = parse_balance(*balance);
+  options.bucket_bytes = bucket_bytes;
   if (chunk_bytes < 0)
     throw InvalidArgument(fmt::format("bad chunk_bytes {}: expected >= 0", chunk_bytes));
   if (search_effort < 0)
@@ -493,7 +494,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("alpa_spec", &alpa_spec, py::arg("layout"), py::arg("tensor_rank"));
   m.def("plan", &plan, py::arg("tensors"), py::arg("batched"), py::arg("cluster"),
         py::arg("strategy"), py::arg("balance"), py::arg("split"), py::arg("chunk_bytes"),
-        py::arg("search_effort"));
+        py::arg("search_effort"), py::arg("bucket_bytes"));
   m.def("model_batch", &model_batch_parts, py::arg("arch"), py::arg("hidden"), py::arg("layers"),
         py::arg("heads"), py::arg("kv_heads"), py::arg("ffn"), py::arg("vocab"),
         py::arg("positions"), py::arg("dtype"), py::arg("train"), py::arg("serve"),

@@ -113,10 +113,11 @@ Plan = _core.Plan
 
 
 def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, strategy="broadcast",
-         balance=None, split=False, chunk_bytes=0, search_effort=1.0):
+         balance=None, split=False, chunk_bytes=0, search_effort=1.0, bucket_bytes=None):
     """Plans resharding one tensor (`shape`, `dtype`, layouts `src` -> `dst`) or a batch,
     `tensors` = {name: (shape, dtype, src, dst)} planned together; the other keywords are the
-    CLI's --strategy, --balance, --split, --chunk-bytes and --search-effort."""
+    CLI's --strategy, --balance, --split, --chunk-bytes, --search-effort and --bucket-bytes
+    (None: the cluster's default, 0: no buckets)."""
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster {cluster!r}: expected an mc.Cluster")
     if tensors is None:
@@ -140,7 +141,7 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
                 raise TypeError(f"{where}{side} {value!r}: expected an mc.Layout")
     return _core.plan([(n, list(sh), str(dt), s_, d_) for n, sh, dt, s_, d_ in entries],
                       tensors is not None, cluster, strategy, balance, split, chunk_bytes,
-                      search_effort)
+                      search_effort, bucket_bytes)
 
 
 class ModelBatch:

@@ -76,3 +76,19 @@ def test_batch_bad_input_names_the_tensor():
                                     mc.Layout(SERVE, "R"))), cluster=CLUSTER)
     with pytest.raises(TypeError, match="expected \\(shape, dtype, src, dst\\)"):
         mc.plan({"w": (1, 2)}, cluster=CLUSTER)
+
+
+def test_batch_buckets_fuse_the_small_tensors_and_bucket_bytes_zero_does_not():
+    tensors = batch()
+    fused = mc.plan(tensors, cluster=CLUSTER)
+    unfused = mc.plan(tensors, cluster=CLUSTER, bucket_bytes=0)
+    assert max(len(op["pieces"]) for op in fused.ops) > 1
+    assert max(len(op["pieces"]) for op in unfused.ops) == 1
+    assert sum(op["bytes"] for op in fused.ops) == sum(op["bytes"] for op in unfused.ops)
+    xs = globals_of(tensors)
+    src = {name: mc.shard(xs[name], tensors[name][2]) for name in tensors}
+    out = mc.Resharder(fused).run(src)
+    for name, (_, _, _, dst) in tensors.items():
+        want = mc.shard(xs[name], dst)
+        for d in want:
+            assert np.array_equal(out[name][d], want[d]), (name, d)
