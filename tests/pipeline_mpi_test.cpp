@@ -4,12 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "meshcast/runtime/mpi/mpi_executor.h"
+#include "mpi_test_main.h"
 #include "pipeline_models.h"
 
 namespace meshcast::pipeline {
 namespace {
 
-int ranks = 0;
+int& ranks = testing::mpi_ranks;  // set by the shared main (mpi_test_main.cpp)
 
 std::unique_ptr<Executor> mpi_executor() {
   return make_mpi_executor();
@@ -28,16 +29,3 @@ TEST(PipelineMpi, RealGradientsMatchTheWholeModelForEveryMethod) {
 
 }  // namespace
 }  // namespace meshcast::pipeline
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto executor = meshcast::make_mpi_executor();
-  meshcast::pipeline::ranks = static_cast<int>(executor->sum_over_processes(1));
-  if (!executor->is_leader()) {  // one report, from rank 0
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int failed = RUN_ALL_TESTS();
-  executor.reset();
-  return failed;
-}

@@ -6,14 +6,15 @@
 
 #include "meshcast/error.h"
 #include "meshcast/tasks/paper_cases.h"
+#include "mpi_test_main.h"
 #include "runtime_allocations.h"
 #include "runtime_cases.h"
 
 namespace meshcast {
 namespace {
 
-Executor* world = nullptr;  // the chain executor, created by main
-int ranks = 0;
+Executor*& world = testing::mpi_world;  // created by the shared main (mpi_test_main.cpp)
+int& ranks = testing::mpi_ranks;
 
 // Corpus cases grown to exactly `ranks` devices; enough of them that every op kind shows up.
 std::vector<Resharding> corpus_for_this_run() {
@@ -158,17 +159,3 @@ TEST(MpiExecutorTest, StartWaitAndASecondRunThatAllocatesNothing) {
 
 }  // namespace
 }  // namespace meshcast
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto executor = meshcast::make_mpi_executor();
-  meshcast::world = executor.get();
-  meshcast::ranks = static_cast<int>(executor->sum_over_processes(1));
-  if (!executor->is_leader()) {  // one report, from rank 0
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int failed = RUN_ALL_TESTS();
-  executor.reset();
-  return failed;
-}

@@ -23,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// An emulated transfer with less work left than this is done (the clock's rounding).
+constexpr double kFlowDoneS = 1e-6;
+
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -181,8 +184,14 @@ struct MessageState {
 
 struct StageRecord {
   std::vector<Span> timeline;
-  int held = 0;
-  int peak_held = 0;
+  int peak_held = 0;  // the most microbatch-chunks whose forward stash the stage held at once
+};
+
+// A transfer moving on the emulated network: its full-rate seconds of work still to do.
+struct EmulatedFlow {
+  int from_stage = 0;
+  int to_stage = 0;
+  double remaining_s = 0;
 };
 
 TileBuffers& buffers_of(std::vector<TileBuffers>& list, DeviceId device) {
@@ -198,6 +207,7 @@ class Run {
       : model_(model), schedule_(schedule), options_(options), lowered_(checked_lower()) {
     here_.assign(model.cluster.devices(), false);
     make_channels(make_executor);
+    check_timed_network();
     for (int d = 0; d < schedule.stages; ++d)
       for (DeviceId dev : model.stages[d].mesh.devices())
         if (here_[dev]) stage_here_.push_back(d);
@@ -208,13 +218,32 @@ class Run {
 
   RuntimeResult play() {
     for (int i = 0; i < options_.warmup_iterations; ++i) iterate();
-    double makespan = iterate();
     Executor& collective = *channels_.front().executor;
-    makespan = collective.max_over_processes(makespan);
+    // The measured iterations; the one of median makespan is reported (every process picks the
+    // same: the makespans are combined over the processes first).
+    struct Iteration {
+      double makespan = 0;
+      std::vector<StageRecord> records;
+      std::vector<TransferSpan> transfers;
+    };
+    std::vector<Iteration> iterations;
+    for (int i = 0; i < options_.iterations; ++i) {
+      const double makespan = collective.max_over_processes(iterate());
+      iterations.push_back({makespan, std::move(records_), std::move(transfers_)});
+    }
+    std::stable_sort(iterations.begin(), iterations.end(),
+                     [](const auto& a, const auto& b) { return a.makespan < b.makespan; });
+    Iteration& median = iterations[iterations.size() / 2];
+    const double makespan = median.makespan;
+    records_ = std::move(median.records);
+    transfers_ = std::move(median.transfers);
     RuntimeResult out;
     out.predicted_peak_in_flight = peak_in_flight(schedule_);
     PipelineResult& r = out.measured;
     r.makespan_s = makespan;
+    std::vector<double> activation_bytes;
+    for (const auto& st : model_.stages) activation_bytes.push_back(st.activation_bytes);
+    const auto peak_bytes = peak_activation_bytes(schedule_, activation_bytes);
     double idle_total = 0;
     for (int d = 0; d < schedule_.stages; ++d) {
       // Each stage's figures from the process that plays it (the others give 0).
@@ -230,12 +259,7 @@ class Run {
       st.peak_in_flight =
           static_cast<int>(collective.max_over_processes(mine ? records_[d].peak_held : 0));
       st.idle_s = std::max(0.0, makespan - st.busy_s);
-      double held = 0;
-      for (const auto& step : schedule_.order[d]) {
-        const double bytes = model_.stages[schedule_.virtual_stage(d, step.chunk)].activation_bytes;
-        held += step.pass == Pass::forward ? bytes : -bytes;
-        st.peak_activation_bytes = std::max(st.peak_activation_bytes, held);
-      }
+      st.peak_activation_bytes = peak_bytes[d];
       idle_total += st.idle_s;
       r.stages.push_back(st);
       r.timeline.push_back(std::move(records_[d].timeline));
@@ -286,6 +310,9 @@ class Run {
     if (options_.warmup_iterations < 0)
       throw InvalidArgument(
           fmt::format("bad warm-up iteration count {}: expected >= 0", options_.warmup_iterations));
+    if (options_.iterations < 1)
+      throw InvalidArgument(
+          fmt::format("bad measured iteration count {}: expected >= 1", options_.iterations));
     return lower(schedule_, model_edges());
   }
 
@@ -325,6 +352,21 @@ class Run {
         }
       }
     }
+  }
+
+  // An injected delay and the emulated network time each transfer from its start on the sender
+  // and share ports between the transfers they see: they need every stage in this process (a
+  // receiving MPI rank cannot tell when its sender started). Every process decides alike.
+  void check_timed_network() const {
+    if (options_.transfer_delay_s == 0 && !options_.emulated_network) return;
+    for (const auto& st : model_.stages)
+      for (DeviceId d : st.mesh.devices())
+        if (!here_[d])
+          throw InvalidArgument(fmt::format(
+              "{} times transfers in one process, but device {} is played by another process: "
+              "it needs every stage in this process (the local backend)",
+              options_.emulated_network ? "the emulated network" : "an injected transfer delay",
+              d));
   }
 
   // The process that reports a stage: the one holding its first device.
@@ -406,8 +448,10 @@ class Run {
     if (options_.compute == ComputeMode::real) reset_gradients();
     failure_ = nullptr;
     aborted_ = false;
+    flows_.clear();
     channels_.front().executor->barrier();
     start_ = Clock::now();
+    flows_at_ = start_;
     {
       std::vector<std::jthread> threads;
       for (auto& c : channels_)
@@ -437,7 +481,11 @@ class Run {
   // Plays the channel's messages one at a time: waits until this process's sending stage has
   // posted one (a receiving process starts its part at once, ready for the data), moves it, and
   // marks it arrived once every tensor is done and the emulated time has passed.
+  // A message starts, as in the simulator, when it is posted and the channel's previous message
+  // has arrived; the times of the injected delay and the emulated network count from then (not
+  // from the posting: a message queued behind others would otherwise be shortened).
   void play_channel(Channel& c) {
+    Clock::time_point free_at = start_;  // the previous message's arrival
     for (int id : c.order) {
       MessageState& m = messages_[id];
       if (c.sends_here) {
@@ -445,40 +493,91 @@ class Run {
         changed_.wait(lock, [&] { return m.posted || aborted_; });
         if (aborted_) return;
       }
-      const Clock::time_point began = c.sends_here ? m.posted_at : Clock::now();
+      const Clock::time_point began = c.sends_here ? std::max(m.posted_at, free_at) : Clock::now();
+      if (options_.emulated_network) begin_flow(id, began);
       for (size_t t = 0; t < c.plans.size(); ++t) {
         c.plans[t]->start(m.views[t]);
         c.plans[t]->wait();
       }
-      std::this_thread::sleep_until(began + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(floor_s(id))));
-      std::lock_guard lock(mutex_);
+      std::this_thread::sleep_until(began + as_duration(options_.transfer_delay_s));
+      std::unique_lock lock(mutex_);
+      if (options_.emulated_network) finish_flow(id, lock);
+      free_at = Clock::now();
       m.arrived = true;
       const Message& info = lowered_.messages[id];
       transfers_.push_back({id, info.from_stage, info.to_stage, info.payload, info.microbatch,
-                            seconds_between(start_, began), now()});
+                            seconds_between(start_, began), seconds_between(start_, free_at)});
       changed_.notify_all();
     }
   }
 
-  // The least time a transfer takes: the injected delay, or its emulated network time.
-  double floor_s(int id) const {
-    double floor = options_.transfer_delay_s;
-    if (options_.emulated_network) {
-      const Message& info = lowered_.messages[id];
-      const EdgeCost& cost = options_.emulated_network->edges[info.edge];
-      floor = std::max(floor,
-                       info.payload == Payload::activation ? cost.activation_s : cost.gradient_s);
-    }
-    return floor;
+  static Clock::duration as_duration(double seconds) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   }
 
+  // ---- The emulated network: the simulator's ports on in-process copies ----
+  // Each transfer has its edge's full-rate time (emulated_network); concurrent transfers that
+  // leave one stage or enter one stage share its port, each at 1 / max(transfers on its sender's
+  // out-port, transfers on its receiver's in-port) of the full rate.
+
+  double flow_rate(const EmulatedFlow& f) const {
+    size_t out = 0, in = 0;
+    for (const auto& [id, g] : flows_) {
+      out += g.from_stage == f.from_stage;
+      in += g.to_stage == f.to_stage;
+    }
+    return 1.0 / static_cast<double>(std::max<size_t>(1, std::max(out, in)));
+  }
+
+  // Brings every active flow's remaining work up to `t` at the rates they had.
+  void advance_flows(Clock::time_point t) {
+    const double elapsed = std::max(0.0, seconds_between(flows_at_, t));
+    std::vector<double> rates;
+    for (const auto& [id, f] : flows_) rates.push_back(flow_rate(f));
+    size_t i = 0;
+    for (auto& [id, f] : flows_)
+      f.remaining_s = std::max(0.0, f.remaining_s - elapsed * rates[i++]);
+    flows_at_ = std::max(flows_at_, t);
+  }
+
+  void begin_flow(int id, Clock::time_point began) {
+    const Message& info = lowered_.messages[id];
+    const EdgeCost& cost = options_.emulated_network->edges[info.edge];
+    const double full = info.payload == Payload::activation ? cost.activation_s : cost.gradient_s;
+    std::lock_guard lock(mutex_);
+    const Clock::time_point t = Clock::now();
+    advance_flows(t);
+    // Work done between `began` and now (the channel thread's wake-up) counts at full rate.
+    flows_[id] = {info.from_stage, info.to_stage,
+                  std::max(0.0, full - std::max(0.0, seconds_between(began, t)))};
+    changed_.notify_all();  // the others' rates changed
+  }
+
+  // Blocks until message `id`'s flow has no work left, then takes it off its ports.
+  void finish_flow(int id, std::unique_lock<std::mutex>& lock) {
+    while (!aborted_) {
+      advance_flows(Clock::now());
+      const EmulatedFlow& f = flows_.at(id);
+      if (f.remaining_s <= kFlowDoneS) break;
+      changed_.wait_until(lock, Clock::now() + as_duration(f.remaining_s / flow_rate(f)));
+    }
+    advance_flows(Clock::now());
+    flows_.erase(id);
+  }
+
+  // Without overlap a stage posts all the sends that follow a compute step, then waits until they
+  // are done (the simulator's group of sends), before its next receive or compute step.
   void play_stage(int d) {
+    std::vector<int> sent;
     for (const Action& a : lowered_.programs[d]) {
       if (aborted_) return;
+      if (a.kind != ActionKind::send && !sent.empty()) {
+        await(d, sent);
+        sent.clear();
+      }
       switch (a.kind) {
         case ActionKind::recv:
-          await(d, a.message);
+          await(d, {a.message});
           break;
         case ActionKind::compute:
           compute(d, schedule_.order[d][a.step]);
@@ -489,20 +588,24 @@ class Run {
           messages_[a.message].posted_at = Clock::now();
           changed_.notify_all();
         }
-          if (!options_.overlap) await(d, a.message);
+          if (!options_.overlap) sent.push_back(a.message);
           break;
       }
     }
+    if (!sent.empty()) await(d, sent);
   }
 
   double now() const { return seconds_between(start_, Clock::now()); }
 
-  // Blocks stage d until message `id` is done here; the wait is the stage's comm time.
-  void await(int d, int id) {
+  // Blocks stage d until the messages are done here; the wait is the stage's comm time.
+  void await(int d, const std::vector<int>& ids) {
     const double from = now();
     {
       std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return messages_[id].arrived || aborted_; });
+      changed_.wait(lock, [&] {
+        return aborted_ ||
+               std::all_of(ids.begin(), ids.end(), [&](int id) { return messages_[id].arrived; });
+      });
     }
     const double to = now();
     if (to > from) records_[d].timeline.push_back({SpanKind::comm, -1, 0, from, to});
@@ -519,17 +622,24 @@ class Run {
     const double from = now();
     if (options_.compute == ComputeMode::timed) {
       const auto& st = model_.stages[vs];
-      std::this_thread::sleep_until(
-          start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                       from + (forward ? st.forward_s : st.backward_s))));
+      std::this_thread::sleep_until(start_ +
+                                    as_duration(from + (forward ? st.forward_s : st.backward_s)));
+      // The stash holds no data, but is kept and freed as real compute does.
+      if (forward)
+        stash_[vs][step.microbatch];
+      else
+        stash_[vs].erase(step.microbatch);
     } else if (forward) {
       real_forward(vs, step.microbatch);
     } else {
       real_backward(vs, step.microbatch);
     }
     StageRecord& rec = records_[d];
-    rec.held += forward ? 1 : -1;
-    rec.peak_held = std::max(rec.peak_held, rec.held);
+    // What the stage holds now: the stashes of its chunks (this thread alone touches them).
+    size_t held = 0;
+    for (int chunk = 0; chunk < schedule_.chunks; ++chunk)
+      held += stash_[schedule_.virtual_stage(d, chunk)].size();
+    rec.peak_held = std::max(rec.peak_held, static_cast<int>(held));
     rec.timeline.push_back({forward ? SpanKind::forward : SpanKind::backward, step.microbatch,
                             step.chunk, from, now()});
   }
@@ -671,6 +781,8 @@ class Run {
   std::vector<MessageState> messages_;
   std::vector<StageRecord> records_;
   std::vector<TransferSpan> transfers_;
+  std::map<int, EmulatedFlow> flows_;  // emulated network: the transfers moving, by message
+  Clock::time_point flows_at_;         // when their remaining work was last brought up to date
   std::mutex mutex_;
   std::condition_variable changed_;
   std::exception_ptr failure_;

@@ -314,17 +314,31 @@ Schedule schedule_from_json(const nlohmann::json& j) {
   return s;
 }
 
-std::vector<int> peak_in_flight(const Schedule& schedule) {
-  std::vector<int> peaks;
-  for (const auto& row : schedule.order) {
-    int held = 0;
-    int peak = 0;
-    for (const auto& step : row) {
-      held += step.pass == Pass::forward ? 1 : -1;
+std::vector<double> peak_activation_bytes(const Schedule& schedule,
+                                          const std::vector<double>& activation_bytes) {
+  if (static_cast<int>(activation_bytes.size()) != schedule.virtual_stages())
+    throw InvalidArgument(fmt::format(
+        "{} activation sizes for a schedule of {} virtual stages: expected one per virtual stage",
+        activation_bytes.size(), schedule.virtual_stages()));
+  std::vector<double> peaks;
+  for (int d = 0; d < schedule.stages; ++d) {
+    double held = 0;
+    double peak = 0;
+    for (const auto& step : schedule.order[d]) {
+      const double bytes = activation_bytes[schedule.virtual_stage(d, step.chunk)];
+      held += step.pass == Pass::forward ? bytes : -bytes;
       peak = std::max(peak, held);
     }
     peaks.push_back(peak);
   }
+  return peaks;
+}
+
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  std::vector<int> peaks;
+  for (double held :
+       peak_activation_bytes(schedule, std::vector<double>(schedule.virtual_stages(), 1)))
+    peaks.push_back(static_cast<int>(held));
   return peaks;
 }
 

@@ -85,18 +85,16 @@ PipelineResult simulate_pipeline(const Schedule& schedule, const PipelineCosts& 
             [](const auto& a, const auto& b) { return a.start < b.start; });
   double idle_total = 0;
   const auto peaks = peak_in_flight(schedule);
+  std::vector<double> activation_bytes;
+  for (const auto& st : costs.stages) activation_bytes.push_back(st.activation_bytes);
+  const auto peak_bytes = peak_activation_bytes(schedule, activation_bytes);
   for (int d = 0; d < schedule.stages; ++d) {
     StageReport st{.busy_s = run.busy_s[d],
                    .transfer_wait_s = run.transfer_wait_s[d],
                    .dependency_wait_s = run.dependency_wait_s[d],
                    .idle_s = std::max(0.0, r.makespan_s - run.busy_s[d]),
-                   .peak_in_flight = peaks[d]};
-    double held = 0;
-    for (const auto& step : schedule.order[d]) {
-      const double bytes = costs.stages[schedule.virtual_stage(d, step.chunk)].activation_bytes;
-      held += step.pass == Pass::forward ? bytes : -bytes;
-      st.peak_activation_bytes = std::max(st.peak_activation_bytes, held);
-    }
+                   .peak_in_flight = peaks[d],
+                   .peak_activation_bytes = peak_bytes[d]};
     idle_total += st.idle_s;
     r.stages.push_back(st);
   }

@@ -43,6 +43,7 @@ struct PipelineVerbOptions {
   std::string schedule_file;
   double transfer_delay_s = 0;
   bool emulate_network = false;
+  int repeats = 1;
 };
 
 // One row of the comparison: a schedule, how transfers are made, and whether they overlap.
@@ -323,7 +324,8 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
                                            .strategy = *v.transfer.strategy,
                                            .overlap = v.overlap,
                                            .transfer_delay_s = o.transfer_delay_s,
-                                           .emulated_network = std::move(network)});
+                                           .emulated_network = std::move(network),
+                                           .iterations = o.repeats});
     rows.push_back({std::move(simulated), std::move(measured)});
   }
   std::string report;
@@ -332,6 +334,7 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
                         {"model", {{"name", model.name}, {"microbatches", model.microbatches}}},
                         {"compute", to_string(compute)},
                         {"backend", o.backend},
+                        {"repeats", o.repeats},
                         {"methods", played_json(o, rows)}};
     report = j.dump() + "\n";
   } else {
@@ -460,8 +463,13 @@ void add_pipeline_verb(CLI::App& app) {
   verb->add_option("--transfer-delay", o->transfer_delay_s,
                    "--run: every transfer takes at least this many seconds")
       ->capture_default_str();
+  verb->add_option("--repeats", o->repeats,
+                   "--run: measured iterations per method; the one of median makespan is reported")
+      ->capture_default_str()
+      ->check(in_range(1, 1000));
   verb->add_flag("--emulate-network", o->emulate_network,
-                 "--run: every transfer takes at least its simulated time alone (local backend)");
+                 "--run: every transfer takes its simulated time, concurrent ones sharing ports as "
+                 "in the simulator (local backend)");
   verb->callback([o] { run_verb(*o); });
 }
 

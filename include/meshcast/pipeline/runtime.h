@@ -35,19 +35,27 @@ struct RuntimeOptions {
   Strategy strategy = Strategy::broadcast;
   // true: a stage computes on while its sends move; false: it waits at each send until done.
   bool overlap = true;
-  // Every transfer takes at least this long from its start (an injected network delay).
+  // Every transfer takes at least this long from its start (an injected network delay). A
+  // transfer starts, as in the simulator, once posted and once its channel's previous message
+  // has arrived.
   double transfer_delay_s = 0;
-  // When given, every transfer also takes at least its edge's time here (e.g. model_costs(): the
-  // simulator's network emulated on in-process copies, which take next to no time themselves).
+  // When given, every transfer also takes its edge's time here (e.g. model_costs(): the
+  // simulator's network emulated on in-process copies, which take next to no time themselves),
+  // with the simulator's port sharing: concurrent transfers that leave one stage or enter one
+  // stage each move at 1 / max(transfers on the sender's out-port, on the receiver's in-port) of
+  // the full rate. The ports are those of this process's transfers (under MPI, its own).
   std::optional<PipelineCosts> emulated_network = {};
-  // Iterations played before the measured one.
+  // Iterations played before the measured ones.
   int warmup_iterations = 1;
+  // Measured iterations: the result is the one whose makespan is the median.
+  int iterations = 1;
 };
 
 struct RuntimeResult {
   // The measured run in the simulator's terms: makespan, per-stage busy / comm wait / idle, the
   // timeline of every stage and every transfer (for gantt_svg and chrome_trace). Its
-  // peak_in_flight is measured: the most activations a stage held at once.
+  // peak_in_flight is measured: the most forward stashes (microbatch-chunks whose forward ran and
+  // whose backward has not freed its stash) a stage held at once.
   PipelineResult measured;
   std::vector<int> predicted_peak_in_flight;  // per stage, from the schedule (peak_in_flight())
   // real compute: the largest relative difference, over every weight gradient, between the
@@ -65,8 +73,9 @@ using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
 // check are combined over the processes. Throws InvalidArgument before running anything when the
 // schedule does not fit the model (stage count, edges), deadlocks (validate()), an edge has no
 // tensors (a fixed time moves no bytes), the executor does not fit the cluster (an MPI rank count
-// that differs from its devices), or (real compute) the tensors of a stage do not share one shape
-// and one tile per device with an unsharded last dimension.
+// that differs from its devices), a transfer delay or emulated network is asked of a process that
+// does not hold every stage, or (real compute) the tensors of a stage do not share one shape and
+// one tile per device with an unsharded last dimension.
 RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule,
                            const ExecutorFactory& make_executor,
                            const RuntimeOptions& options = {});

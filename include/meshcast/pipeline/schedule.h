@@ -82,5 +82,10 @@ Schedule schedule_from_json(const nlohmann::json& j);
 // Per stage, the most microbatch-chunks whose forward ran and whose backward has not yet: the
 // activations the stage holds at its peak. Assumes every step appears once (see validate()).
 std::vector<int> peak_in_flight(const Schedule& schedule);
+// Per stage, the most activation bytes held at once: each forward keeps its virtual stage's
+// `activation_bytes` (one value per virtual stage) until its backward. Throws InvalidArgument on
+// a wrong count.
+std::vector<double> peak_activation_bytes(const Schedule& schedule,
+                                          const std::vector<double>& activation_bytes);
 
 }  // namespace meshcast::pipeline
