@@ -33,43 +33,74 @@ void append_then(std::vector<Op>& ops, const Job& job) {
 
 // ---- size ----------------------------------------------------------------------------------
 
-// Bytes each host NIC and each device have sent so far.
-struct Loads {
-  std::vector<int64_t> host;
-  std::vector<int64_t> device;
+// Bytes each host NIC and each device have sent so far, over the jobs' candidate senders.
+class Loads {
+ public:
+  Loads(const std::vector<Job>& jobs, const Cluster& cluster) : cluster_(cluster) {
+    std::vector<int64_t> devices;
+    std::vector<int64_t> hosts;
+    for (const Job& job : jobs)
+      for (const Transfer& t : job.transfers)
+        for (DeviceId d : t.candidates) {
+          devices.push_back(d);
+          hosts.push_back(cluster.host_of(d));
+        }
+    devices_ = DenseIndex(std::move(devices));
+    hosts_ = DenseIndex(std::move(hosts));
+    device_.assign(devices_.size(), 0);
+    host_.assign(hosts_.size(), 0);
+  }
+  int64_t host(int h) const { return host_[hosts_.index_of(h)]; }
+  int64_t device(DeviceId d) const { return device_[devices_.index_of(d)]; }
+  // `d` sends `bytes` of `transfer`: its host's NIC carries them when a receiver is elsewhere.
+  void add(const Transfer& transfer, DeviceId d, int64_t bytes) {
+    const int h = cluster_.host_of(d);
+    if (leaves_host(transfer, h)) host_[hosts_.index_of(h)] += bytes;
+    device_[devices_.index_of(d)] += bytes;
+  }
+  bool leaves_host(const Transfer& transfer, int host) const {
+    return std::any_of(transfer.receivers.begin(), transfer.receivers.end(),
+                       [&](DeviceId r) { return cluster_.host_of(r) != host; });
+  }
+
+ private:
+  const Cluster& cluster_;
+  DenseIndex devices_;
+  DenseIndex hosts_;
+  std::vector<int64_t> device_;
+  std::vector<int64_t> host_;
 };
 
-bool leaves_host(const Transfer& transfer, int host, const Cluster& cluster) {
-  return std::any_of(transfer.receivers.begin(), transfer.receivers.end(),
-                     [&](DeviceId r) { return cluster.host_of(r) != host; });
-}
-
-// The holder on the least-loaded host (ties: least-loaded device, then mesh order), skipping
-// `used` hosts; adds `bytes` to its loads.
+// The holder on the least-loaded host after sending `bytes` (ties: least-loaded device, then mesh
+// order), skipping `used` hosts.
 DeviceId pick_least_loaded(const Transfer& transfer, int64_t bytes, const std::vector<int>& used,
-                           Loads& loads, const Cluster& cluster) {
+                           const Loads& loads, const Cluster& cluster) {
   DeviceId best = -1;
   std::pair<int64_t, int64_t> best_key;
   for (DeviceId d : transfer.candidates) {
     const int h = cluster.host_of(d);
     if (std::find(used.begin(), used.end(), h) != used.end()) continue;
-    const int64_t out = leaves_host(transfer, h, cluster) ? bytes : 0;
-    const std::pair key{loads.host[h] + out, loads.device[d]};
+    const int64_t out = loads.leaves_host(transfer, h) ? bytes : 0;
+    const std::pair key{loads.host(h) + out, loads.device(d)};
     if (best < 0 || key < best_key) {
       best = d;
       best_key = key;
     }
   }
-  const int h = cluster.host_of(best);
-  loads.host[h] += leaves_host(transfer, h, cluster) ? bytes : 0;
-  loads.device[best] += bytes;
   return best;
 }
 
-// The most bytes any of `hosts` has sent.
-int64_t max_load(const Loads& loads, const std::vector<int>& hosts) {
+// The most bytes any of `hosts` will have sent once each of `senders` sends its `bytes`.
+int64_t max_load_after(const Loads& loads, const std::vector<int>& hosts, const Transfer& transfer,
+                       const std::vector<DeviceId>& senders, const std::vector<int64_t>& bytes,
+                       const Cluster& cluster) {
   int64_t most = 0;
-  for (int h : hosts) most = std::max(most, loads.host[h]);
+  for (int h : hosts) {
+    int64_t load = loads.host(h);
+    for (size_t i = 0; i < senders.size(); ++i)
+      if (cluster.host_of(senders[i]) == h && loads.leaves_host(transfer, h)) load += bytes[i];
+    most = std::max(most, load);
+  }
   return most;
 }
 
@@ -97,17 +128,31 @@ struct Placed {
 struct Decoded {
   std::vector<Op> ops;             // in start order
   std::vector<SplitChoice> split;  // what each job did
-  double makespan = 0;             // the simulated time of `ops`: what estimate() reports
-  int64_t work = 0;                // what decoding cost, in work units (kSearchWork)
+  double makespan = 0;  // the simulated time of `ops` (what estimate() reports), once timed
+  int64_t work = 0;     // what decoding (and timing) cost, in work units (kSearchWork)
 };
+
+// Every device the jobs may name: candidate senders, receivers and their follow-up ops' devices.
+std::vector<DeviceId> devices_of(const std::vector<Job>& jobs) {
+  std::vector<DeviceId> devices;
+  for (const Job& job : jobs) {
+    for (const Transfer& t : job.transfers) {
+      devices.insert(devices.end(), t.candidates.begin(), t.candidates.end());
+      devices.insert(devices.end(), t.receivers.begin(), t.receivers.end());
+    }
+    for (const Op& op : job.then)
+      devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
+  }
+  return devices;
+}
 
 class OrderPlanner {
  public:
   OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options)
-      : batch_(batch), jobs_(jobs), options_(options) {}
+      : batch_(batch), jobs_(jobs), options_(options), model_(batch, devices_of(jobs)) {}
 
   Decoded decode(const Genome& genome) const {
-    Schedule schedule(batch_);
+    Schedule schedule(model_);
     std::vector<Placed> placed;
     Decoded out;
     out.split = genome.split;
@@ -120,19 +165,34 @@ class OrderPlanner {
       if (genome.split[j] == SplitChoice::automatic)
         out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
       for (const Op& op : job.then)
-        record(schedule.insert(op, op.kind == OpKind::allgather ? done : 0), op, placed);
+        record(schedule.insert(model_.cost_of(op), op.kind == OpKind::allgather ? done : 0), op,
+               placed);
     }
-    std::stable_sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
-      return std::pair(a.start, a.seq) < std::pair(b.start, b.seq);
-    });
+    // Ops in start order (ties: placing order); sorting keys rather than ops moves no op twice.
+    std::vector<std::pair<double, int>> keys;
+    keys.reserve(placed.size());
+    for (const Placed& p : placed) keys.emplace_back(p.start, p.seq);
+    std::sort(keys.begin(), keys.end());
     out.ops.reserve(placed.size());
-    for (Placed& p : placed) out.ops.push_back(std::move(p.op));
-    const SimTime simulated = simulate_time(batch_, out.ops);
-    out.makespan = simulated.time_s;
-    // Recording and sorting the ops (a unit per op and level of the sort), then simulating them.
+    for (const auto& key : keys) out.ops.push_back(std::move(placed[key.second].op));
+    // Recording and sorting the ops: a unit per op and level of the sort.
     const auto ops = static_cast<int64_t>(out.ops.size());
-    out.work += ops * std::bit_width(static_cast<uint64_t>(ops)) + simulated.steps;
+    out.work += ops * std::bit_width(static_cast<uint64_t>(ops));
     return out;
+  }
+
+  // The decoded plan's simulated time (what estimate() reports), its steps added to its work.
+  void time(Decoded& decoded) const {
+    const SimTime simulated = simulate_time(batch_, decoded.ops);
+    decoded.makespan = simulated.time_s;
+    decoded.work += simulated.steps;
+  }
+
+  // Decodes and times.
+  Decoded timed(const Genome& genome) const {
+    Decoded decoded = decode(genome);
+    time(decoded);
+    return decoded;
   }
 
  private:
@@ -140,23 +200,44 @@ class OrderPlanner {
     placed.push_back({slot.start, static_cast<int>(placed.size()), op});
   }
 
-  // The op from the holder (not on `used` hosts) that finishes soonest. Adds to `work` two
-  // units per holder probed (building its op) and one per device of the op (its windows).
-  Op soonest(const Transfer& t, const Box& slice, const Job& job, const std::vector<int>& used,
-             const Schedule& schedule, int64_t& work) const {
-    std::optional<Op> best;
-    double best_finish = 0;
-    for (DeviceId d : t.candidates) {
+  struct Candidate {
+    Op op;
+    CostModel::Cost cost;
+    Slot slot;  // where it would go now
+  };
+
+  // The op from the holder (not on `used` hosts) that finishes soonest, among the kProbed holders
+  // whose device and NIC are idle for good the soonest (all of them on small problems; a slice
+  // replicated on thousands of hosts is not chained thousands of times). Adds to `work` a unit
+  // per holder ranked, two per holder probed (building its op) and one per device of its op.
+  Candidate soonest(const Transfer& t, const Box& slice, const Job& job,
+                    const std::vector<int>& used, const Schedule& schedule, int64_t& work) const {
+    constexpr size_t kProbed = 8;
+    std::vector<std::pair<double, int>> ranked;  // (idle from, index into candidates)
+    for (int i = 0; i < static_cast<int>(t.candidates.size()); ++i) {
+      const DeviceId d = t.candidates[i];
       if (std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) != used.end()) continue;
-      Op op = transfer_op(t, slice, job, d, batch_, options_.chunk_bytes);
-      const double finish = schedule.probe(op, 0).finish;
-      work += 3 + static_cast<int64_t>(op.receivers.size());
-      if (!best || finish < best_finish) {
-        best = std::move(op);
-        best_finish = finish;
-      }
+      ranked.emplace_back(std::max(schedule.idle_from(model_.device(d)),
+                                   schedule.idle_from(model_.nic(d, /*in=*/false))),
+                          i);
     }
-    return *best;
+    work += static_cast<int64_t>(ranked.size());
+    if (ranked.size() > kProbed) {
+      std::partial_sort(ranked.begin(), ranked.begin() + kProbed, ranked.end());
+      ranked.resize(kProbed);
+      std::sort(ranked.begin(), ranked.end(),
+                [](const auto& a, const auto& b) { return a.second < b.second; });
+    }
+    std::optional<Candidate> best;
+    for (const auto& [idle, i] : ranked) {
+      Op op = transfer_op(t, slice, job, t.candidates[i], batch_, options_.chunk_bytes);
+      auto cost = model_.cost_of(op);
+      const Slot slot = schedule.probe(cost, 0);
+      work += 2 + static_cast<int64_t>(op.receivers.size());
+      if (!best || slot.finish < best->slot.finish)
+        best = Candidate{std::move(op), std::move(cost), slot};
+    }
+    return std::move(*best);
   }
 
   // Places one transfer whole or split; returns whether it was split. `done` grows to the
@@ -166,28 +247,27 @@ class OrderPlanner {
     const int parts = options_.split && choice != SplitChoice::no
                           ? split_parts(t, holder_hosts(t, batch_.cluster))
                           : 1;
-    const Op whole = soonest(t, t.slice, job, {}, schedule, work);
-    const double whole_finish = schedule.probe(whole, 0).finish;
+    Candidate whole = soonest(t, t.slice, job, {}, schedule, work);
     if (parts > 1) {
-      std::vector<std::pair<Op, Slot>> pieces;
+      std::vector<Candidate> pieces;
       std::vector<int> used;
       double finish = 0;
       for (int i = 0; i < parts; ++i) {
-        Op op = soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, work);
-        used.push_back(batch_.cluster.host_of(*op.sender));
-        const Slot slot = schedule.insert(op, 0);
-        finish = std::max(finish, slot.finish);
-        pieces.emplace_back(std::move(op), slot);
+        Candidate piece = soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, work);
+        used.push_back(batch_.cluster.host_of(*piece.op.sender));
+        piece.slot = schedule.insert(piece.cost, 0);
+        finish = std::max(finish, piece.slot.finish);
+        pieces.push_back(std::move(piece));
       }
-      if (choice == SplitChoice::yes || finish < whole_finish) {
-        for (const auto& [op, slot] : pieces) record(slot, op, placed);
+      if (choice == SplitChoice::yes || finish < whole.slot.finish) {
+        for (const Candidate& piece : pieces) record(piece.slot, piece.op, placed);
         done = std::max(done, finish);
         return true;
       }
-      for (const auto& [op, slot] : pieces) schedule.remove(op, slot);
+      for (const Candidate& piece : pieces) schedule.remove(piece.cost, piece.slot);
     }
-    const Slot slot = schedule.insert(whole, 0);
-    record(slot, whole, placed);
+    const Slot slot = schedule.insert(whole.cost, 0);
+    record(slot, whole.op, placed);
     done = std::max(done, slot.finish);
     return false;
   }
@@ -195,6 +275,7 @@ class OrderPlanner {
   const Batch& batch_;
   const std::vector<Job>& jobs_;
   const PlanOptions& options_;
+  CostModel model_;
 };
 
 // Every job's transfers as ops from the senders `choose(job, transfer, parts)` picks (one per part
@@ -233,27 +314,29 @@ std::vector<Op> balance_none(const Batch& batch, const std::vector<Job>& jobs,
 std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
                              const PlanOptions& options) {
   const Cluster& cluster = batch.cluster;
-  Loads loads{std::vector<int64_t>(cluster.hosts, 0), std::vector<int64_t>(cluster.devices(), 0)};
+  Loads loads(jobs, cluster);
   return ops_from_senders(batch, jobs, options, [&](const Job& job, const Transfer& t, int parts) {
     const int element = dtype_size(batch.tensors[job.tensor].tensor.dtype);
-    Loads whole = loads;
-    std::vector<DeviceId> senders{pick_least_loaded(t, t.bytes, {}, whole, cluster)};
+    std::vector<DeviceId> senders{pick_least_loaded(t, t.bytes, {}, loads, cluster)};
+    std::vector<int64_t> bytes{t.bytes};
     if (parts > 1) {
-      Loads split = loads;
+      // Each part goes to a host not used yet, so one part's pick never changes another's loads.
       std::vector<DeviceId> split_senders;
+      std::vector<int64_t> split_bytes;
       std::vector<int> used;
       for (int i = 0; i < parts; ++i) {
-        const int64_t bytes = allgather_part(t.slice, parts, i).volume() * element;
-        split_senders.push_back(pick_least_loaded(t, bytes, used, split, cluster));
+        split_bytes.push_back(allgather_part(t.slice, parts, i).volume() * element);
+        split_senders.push_back(pick_least_loaded(t, split_bytes.back(), used, loads, cluster));
         used.push_back(cluster.host_of(split_senders.back()));
       }
       const auto holders = hosts_of(t.candidates, cluster);
-      if (max_load(split, holders) < max_load(whole, holders)) {
-        whole = split;
-        senders = split_senders;
+      if (max_load_after(loads, holders, t, split_senders, split_bytes, cluster) <
+          max_load_after(loads, holders, t, senders, bytes, cluster)) {
+        senders = std::move(split_senders);
+        bytes = std::move(split_bytes);
       }
     }
-    loads = std::move(whole);
+    for (size_t i = 0; i < senders.size(); ++i) loads.add(t, senders[i], bytes[i]);
     return senders;
   });
 }
@@ -263,15 +346,22 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
   const OrderPlanner planner(batch, jobs, options);
   const int n = static_cast<int>(jobs.size());
 
-  // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first).
+  // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first). A
+  // problem whose first greedy alone costs more than the budget (at least effort 1's) keeps it
+  // without timing it: comparing seeds would cost more than the search may.
   Genome natural{std::vector<int>(n), std::vector<SplitChoice>(n, SplitChoice::automatic)};
   std::iota(natural.order.begin(), natural.order.end(), 0);
   Genome largest = natural;
+  std::vector<int64_t> bytes(n);
+  for (int j = 0; j < n; ++j) bytes[j] = jobs[j].bytes();
   std::stable_sort(largest.order.begin(), largest.order.end(),
-                   [&](int a, int b) { return jobs[a].bytes() > jobs[b].bytes(); });
+                   [&](int a, int b) { return bytes[a] > bytes[b]; });
+  const double budget = options.search_effort * kSearchWork;
   Decoded best = planner.decode(largest);
+  if (static_cast<double>(best.work) > std::max(budget, kSearchWork)) return std::move(best.ops);
+  planner.time(best);
   Genome current{largest.order, best.split};
-  if (Decoded other = planner.decode(natural); other.makespan < best.makespan) {
+  if (Decoded other = planner.timed(natural); other.makespan < best.makespan) {
     best = std::move(other);
     current = {natural.order, best.split};
   }
@@ -289,7 +379,6 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
         break;
       }
   const int64_t max_steps = std::max<int64_t>(100, 20LL * n * n);
-  const double budget = options.search_effort * kSearchWork;
   double spent = 0;
   int64_t next_work = best.work;
   std::mt19937 rng(20230529);
@@ -312,7 +401,7 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
           trial.order.insert(trial.order.begin() + b, job);
         }
       }
-      Decoded result = planner.decode(trial);
+      Decoded result = planner.timed(trial);
       spent += result.work;
       next_work = result.work;
       if (result.makespan <= current_makespan) {

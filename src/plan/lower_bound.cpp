@@ -4,6 +4,8 @@
 #include <ranges>
 #include <set>
 
+#include "meshcast/dense_index.h"
+
 namespace meshcast {
 
 std::vector<double> host_in_bytes(const Resharding& problem, const std::vector<UnitTask>& tasks) {
@@ -22,17 +24,27 @@ std::vector<double> host_in_bytes(const Resharding& problem, const std::vector<U
 
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
   const Cluster& cluster = batch.cluster;
-  std::vector<double> in(cluster.hosts, 0);    // in(h) of docs/concepts.md, bytes
-  std::vector<double> only(cluster.hosts, 0);  // only(h)
-  std::vector<double> dev_in(cluster.devices(), 0);
-  std::vector<bool> pooled_sender(cluster.hosts, false);  // hosts of ∪ HS(t) over t in N
+  // Tables over the hosts and devices the tasks name, not the whole cluster.
+  std::vector<int64_t> device_ids;
+  for (const UnitTask& t : std::views::join(tasks)) {
+    device_ids.insert(device_ids.end(), t.senders.begin(), t.senders.end());
+    device_ids.insert(device_ids.end(), t.receivers.begin(), t.receivers.end());
+  }
+  std::vector<int64_t> host_ids;
+  for (int64_t d : device_ids) host_ids.push_back(cluster.host_of(static_cast<DeviceId>(d)));
+  const DenseIndex devices(std::move(device_ids));
+  const DenseIndex hosts(std::move(host_ids));
+  std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
+  std::vector<double> only(hosts.size(), 0);  // only(h)
+  std::vector<double> dev_in(devices.size(), 0);
+  std::vector<bool> pooled_sender(hosts.size(), false);  // hosts of ∪ HS(t) over t in N
   double pooled_bytes = 0;
   for (const UnitTask& t : std::views::join(tasks)) {
     const auto b = static_cast<double>(t.bytes);
     std::set<int> hs;
     std::set<int> hr;
-    for (DeviceId d : t.senders) hs.insert(cluster.host_of(d));
-    for (DeviceId d : t.receivers) hr.insert(cluster.host_of(d));
+    for (DeviceId d : t.senders) hs.insert(hosts.index_of(cluster.host_of(d)));
+    for (DeviceId d : t.receivers) hr.insert(hosts.index_of(cluster.host_of(d)));
     for (int h : hr)
       if (!hs.contains(h)) in[h] += b;
     const bool receivers_outside_senders =
@@ -43,18 +55,20 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       for (int h : hs) pooled_sender[h] = true;
     }
     for (DeviceId d : t.receivers)
-      if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) dev_in[d] += b;
+      if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end())
+        dev_in[devices.index_of(d)] += b;
   }
   double bound = 0;
   double pooled_bandwidth = 0;
-  for (int h = 0; h < cluster.hosts; ++h) {
-    const double nic = cluster.nic_bandwidth_of(h);
+  for (int h = 0; h < hosts.size(); ++h) {
+    const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max({bound, in[h] / nic, only[h] / nic});
     if (pooled_sender[h]) pooled_bandwidth += nic;
   }
   if (pooled_bytes > 0) bound = std::max(bound, pooled_bytes / pooled_bandwidth);
-  for (DeviceId d = 0; d < cluster.devices(); ++d)
-    bound = std::max(bound, dev_in[d] / cluster.device_bandwidth_of(d));
+  for (int d = 0; d < devices.size(); ++d)
+    bound = std::max(
+        bound, dev_in[d] / cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d))));
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
   return bound > 0 ? bound + cluster.latency : 0;

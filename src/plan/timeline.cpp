@@ -9,7 +9,8 @@ double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to) {
   double rate = std::min(cluster.device_bandwidth_of(from), cluster.device_bandwidth_of(to));
   const int a = cluster.host_of(from);
   const int b = cluster.host_of(to);
-  if (a != b) rate = std::min({rate, cluster.nic_bandwidth_of(a), cluster.nic_bandwidth_of(b)});
+  if (a != b)
+    rate = std::min({rate, cluster.single_nic_bandwidth_of(a), cluster.single_nic_bandwidth_of(b)});
   return rate;
 }
 
@@ -23,51 +24,52 @@ int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, i
   return std::max<int64_t>(chunk, element_size);
 }
 
-CostModel::CostModel(const Batch& batch)
-    : batch_(&batch), devices_(batch.cluster.devices()), hosts_(batch.cluster.hosts) {}
+namespace {
+
+// One id per NIC direction of the cluster.
+int64_t nic_key(const Cluster& cluster, DeviceId d, bool in) {
+  const int64_t nic = int64_t{cluster.host_of(d)} * kMaxNicsPerHost + cluster.nic_of(d);
+  return 2 * nic + (in ? 1 : 0);
+}
+
+std::vector<int64_t> nic_keys(const Cluster& cluster, const std::vector<DeviceId>& devices) {
+  std::vector<int64_t> keys;
+  keys.reserve(2 * devices.size());
+  for (DeviceId d : devices) {
+    keys.push_back(nic_key(cluster, d, false));
+    keys.push_back(nic_key(cluster, d, true));
+  }
+  return keys;
+}
+
+}  // namespace
+
+CostModel::CostModel(const Batch& batch, const std::vector<DeviceId>& devices)
+    : batch_(&batch),
+      timer_(batch),
+      devices_(std::vector<int64_t>(devices.begin(), devices.end())),
+      nic_directions_(nic_keys(batch.cluster, devices)) {}
+
+int CostModel::nic(DeviceId d, bool in) const {
+  return devices_.size() + nic_directions_.index_of(nic_key(batch_->cluster, d, in));
+}
 
 CostModel::Cost CostModel::cost_of(const Op& op) const {
   const Cluster& cluster = batch_->cluster;
-  const double lat = cluster.latency;
-  const auto bytes = static_cast<double>(op.bytes);
   Cost cost;
-  switch (op.kind) {
-    case OpKind::copy:
-      cost.resources = {*op.sender};
-      cost.duration = lat + bytes / cluster.device_bandwidth_of(*op.sender);
-      break;
-    case OpKind::send:
-    case OpKind::broadcast: {
-      DeviceId prev = *op.sender;
-      cost.resources.push_back(prev);
-      double rate = cluster.device_bandwidth_of(prev);
-      for (DeviceId r : op.receivers) {
-        rate = std::min(rate, hop_rate(cluster, prev, r));
-        const int a = cluster.host_of(prev);
-        const int b = cluster.host_of(r);
-        if (a != b) {
-          cost.resources.push_back(nic_out(a));
-          cost.resources.push_back(nic_in(b));
-        }
-        cost.resources.push_back(r);
-        prev = r;
+  cost.duration = timer_.time_of(op);
+  if (op.sender) cost.resources.push_back(device(*op.sender));
+  if (op.kind == OpKind::send || op.kind == OpKind::broadcast) {
+    DeviceId prev = *op.sender;
+    for (DeviceId r : op.receivers) {
+      if (cluster.host_of(prev) != cluster.host_of(r)) {
+        cost.resources.push_back(nic(prev, false));
+        cost.resources.push_back(nic(r, true));
       }
-      const auto hops = static_cast<double>(op.receivers.size());
-      const double chunk = op.chunk_bytes > 0 ? std::min<double>(op.chunk_bytes, bytes) : bytes;
-      const double steps = std::ceil(bytes / chunk) + hops - 1;
-      cost.duration = steps * (lat + chunk / rate);
-      break;
-    }
-    case OpKind::allgather: {
-      const int n = static_cast<int>(op.receivers.size());
-      double rate = cluster.device_bandwidth_of(op.receivers[0]);
-      for (DeviceId r : op.receivers) rate = std::min(rate, cluster.device_bandwidth_of(r));
-      const auto part = static_cast<double>(allgather_part_bytes(op, *batch_, 0));
-      cost.resources = op.receivers;
-      cost.duration = (n - 1) * (lat + part / rate);
-      break;
+      prev = r;
     }
   }
+  for (DeviceId r : op.receivers) cost.resources.push_back(device(r));
   // A chain that revisits a host (possible in a loaded plan) still holds its NIC only once.
   std::sort(cost.resources.begin(), cost.resources.end());
   cost.resources.erase(std::unique(cost.resources.begin(), cost.resources.end()),
@@ -75,7 +77,7 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
   return cost;
 }
 
-Schedule::Schedule(const Batch& batch) : model_(batch), busy_(model_.resources()) {}
+Schedule::Schedule(const CostModel& model) : model_(model), busy_(model_.resources()) {}
 
 double Schedule::earliest_start(const std::vector<int>& resources, double duration,
                                 double release) const {
@@ -96,14 +98,12 @@ double Schedule::earliest_start(const std::vector<int>& resources, double durati
   return t;
 }
 
-Slot Schedule::probe(const Op& op, double release) const {
-  const auto cost = model_.cost_of(op);
+Slot Schedule::probe(const CostModel::Cost& cost, double release) const {
   const double start = earliest_start(cost.resources, cost.duration, release);
   return {start, start + cost.duration};
 }
 
-Slot Schedule::insert(const Op& op, double release) {
-  const auto cost = model_.cost_of(op);
+Slot Schedule::insert(const CostModel::Cost& cost, double release) {
   const double start = earliest_start(cost.resources, cost.duration, release);
   const Slot slot{start, start + cost.duration};
   occupy(cost.resources, slot);
@@ -132,8 +132,8 @@ void Schedule::occupy(const std::vector<int>& resources, Slot slot) {
   }
 }
 
-void Schedule::remove(const Op& op, Slot slot) {
-  for (int r : model_.cost_of(op).resources) {
+void Schedule::remove(const CostModel::Cost& cost, Slot slot) {
+  for (int r : cost.resources) {
     auto& busy = busy_[r];
     // The merged interval that contains the slot, split around it.
     auto it = std::prev(std::upper_bound(busy.begin(), busy.end(), slot.start,

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "meshcast/dense_index.h"
 #include "meshcast/plan/plan.h"
+#include "meshcast/sim/simulator.h"
 
 namespace meshcast::detail {
 
-// Bytes per second of one hop: device links, plus both NICs when the hop crosses hosts.
+// Bytes per second of one hop: device links, plus the two NICs it crosses between hosts.
 double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
 
 // Chunk minimizing (ceil(bytes/chunk) + hops - 1) * (latency + chunk / rate), in whole elements,
@@ -18,24 +20,27 @@ double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
 int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size);
 
 // How long an op takes and which serial resources (devices, NIC directions) it holds meanwhile.
+// Durations are the simulator's for the op alone (OpTimer). Resources are numbered densely over
+// the devices given and their NICs, so tables follow the problem, not the cluster.
 class CostModel {
  public:
-  explicit CostModel(const Batch& batch);
+  // `devices`: every device the ops to be costed name (any order, repeats allowed).
+  CostModel(const Batch& batch, const std::vector<DeviceId>& devices);
   struct Cost {
     double duration = 0;
     std::vector<int> resources;
   };
   Cost cost_of(const Op& op) const;
-  int resources() const { return devices_ + 2 * hosts_; }
-  bool is_device(int resource) const { return resource < devices_; }
+  int resources() const { return devices_.size() + nic_directions_.size(); }
+  // The resource of device `d`, and of the NIC direction it sends (or receives) through.
+  int device(DeviceId d) const { return devices_.index_of(d); }
+  int nic(DeviceId d, bool in) const;
 
  private:
-  int nic_out(int host) const { return devices_ + host; }
-  int nic_in(int host) const { return devices_ + hosts_ + host; }
-
   const Batch* batch_;
-  int devices_;
-  int hosts_;
+  OpTimer timer_;
+  DenseIndex devices_;
+  DenseIndex nic_directions_;  // nic_key(d, in) of the devices' NICs
 };
 
 struct Slot {
@@ -47,17 +52,22 @@ struct Slot {
 // are idle (earlier gaps included).
 class Schedule {
  public:
-  explicit Schedule(const Batch& batch);
+  explicit Schedule(const CostModel& model);
   const CostModel& model() const { return model_; }
-  Slot probe(const Op& op, double release) const;
-  Slot insert(const Op& op, double release);
-  // Undoes insert(op, ...) that returned `slot`.
-  void remove(const Op& op, Slot slot);
+  // `cost` is model().cost_of(the op), computed once by the caller.
+  Slot probe(const CostModel::Cost& cost, double release) const;
+  Slot insert(const CostModel::Cost& cost, double release);
+  // Undoes insert(cost, ...) that returned `slot`.
+  void remove(const CostModel::Cost& cost, Slot slot);
   double earliest_start(const std::vector<int>& resources, double duration, double release) const;
+  // When `resource` is idle for good: the end of its last busy slot.
+  double idle_from(int resource) const {
+    return busy_[resource].empty() ? 0 : busy_[resource].back().finish;
+  }
   void occupy(const std::vector<int>& resources, Slot slot);
 
  private:
-  CostModel model_;
+  const CostModel& model_;
   std::vector<std::vector<Slot>> busy_;  // per resource, sorted, disjoint
 };
 

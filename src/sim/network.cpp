@@ -8,25 +8,22 @@ namespace meshcast::sim {
 
 Network::Network(const Cluster& cluster) : cluster_(cluster) {
   nic_base_ = 2 * cluster.devices();
-  capacity_.reserve(nic_base_);
-  for (DeviceId d = 0; d < cluster.devices(); ++d) {
-    capacity_.push_back(cluster.device_bandwidth_of(d));
-    capacity_.push_back(cluster.device_bandwidth_of(d));
-  }
-  int nics = 0;
+  first_nic_.reserve(cluster.hosts);
   for (int h = 0; h < cluster.hosts; ++h) {
-    first_nic_.push_back(nics);
-    nics += cluster.nics_of(h);
-    for (int k = 0; k < cluster.nics_of(h); ++k) {
-      capacity_.push_back(cluster.single_nic_bandwidth_of(h));
-      capacity_.push_back(cluster.single_nic_bandwidth_of(h));
-    }
+    first_nic_.push_back(nics_);
+    nics_ += cluster.nics_of(h);
   }
+}
+
+double Network::capacity(int link) const {
+  if (link < nic_base_) return cluster_.device_bandwidth_of(link / 2);
+  return cluster_.single_nic_bandwidth_of(host_of_nic(link));
 }
 
 int Network::host_of_nic(int link) const {
   if (link < nic_base_) return -1;
   const int nic = (link - nic_base_) / 2;
+  if (cluster_.host_nics.empty()) return nic / cluster_.nics_per_host;
   return static_cast<int>(std::upper_bound(first_nic_.begin(), first_nic_.end(), nic) -
                           first_nic_.begin() - 1);
 }

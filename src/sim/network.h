@@ -9,13 +9,14 @@
 namespace meshcast::sim {
 
 // Link indices: device d has out-link 2d and in-link 2d+1; NIC k of host h follows all device
-// links, out then in, hosts in order.
+// links, out then in, hosts in order. Nothing is stored per device: building one costs a table of
+// hosts, whatever the devices per host.
 class Network {
  public:
   explicit Network(const Cluster& cluster);
 
-  int links() const { return static_cast<int>(capacity_.size()); }
-  double capacity(int link) const { return capacity_[link]; }
+  int links() const { return nic_base_ + 2 * nics_; }
+  double capacity(int link) const;
   std::string name(int link) const;
   // The host of a NIC link, -1 for a device link.
   int host_of_nic(int link) const;
@@ -34,8 +35,8 @@ class Network {
  private:
   Cluster cluster_;
   int nic_base_ = 0;
+  int nics_ = 0;                // NICs of all hosts
   std::vector<int> first_nic_;  // per host, index of its first NIC among all NICs
-  std::vector<double> capacity_;
 };
 
 }  // namespace meshcast::sim

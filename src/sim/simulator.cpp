@@ -7,6 +7,7 @@
 #include <queue>
 #include <tuple>
 
+#include "meshcast/dense_index.h"
 #include "meshcast/error.h"
 #include "network.h"
 
@@ -180,19 +181,31 @@ class Engine {
     state_.resize(n);
     flow_mark_.assign(n, 0);
     frozen_.assign(n, 0);
-    queues_.resize(cluster.devices());
-    for (size_t i = 0; i < n; ++i)
-      for (DeviceId d : models_[i].participants) queues_[d].push_back(static_cast<int>(i));
-    head_.assign(cluster.devices(), 0);
-    const int links = net_.links();
+    // Tables are indexed by the devices and links the ops use, not by all of the cluster's.
+    std::vector<int64_t> ids;
+    for (const OpModel& m : models_)
+      ids.insert(ids.end(), m.participants.begin(), m.participants.end());
+    devices_ = DenseIndex(std::move(ids));
+    ids.clear();
+    for (const OpModel& m : models_)
+      for (const Usage& u : m.usages) ids.push_back(u.link);
+    links_ = DenseIndex(std::move(ids));
+    queues_.resize(devices_.size());
+    for (size_t i = 0; i < n; ++i) {
+      for (DeviceId& d : models_[i].participants) {
+        d = devices_.index_of(d);
+        queues_[d].push_back(static_cast<int>(i));
+      }
+      // The map is increasing, so usages stay sorted by link.
+      for (Usage& u : models_[i].usages) u.link = links_.index_of(u.link);
+    }
+    head_.assign(devices_.size(), 0);
+    const int links = links_.size();
     link_flows_.resize(links);
     busy_since_.assign(links, 0);
-    if (report_) {
-      stats_.resize(links);
-      for (int l = 0; l < links; ++l)
-        stats_[l] = LinkStats{
-            .name = net_.name(l), .host = net_.host_of_nic(l), .bandwidth = net_.capacity(l)};
-    }
+    capacity_.resize(links);
+    for (int l = 0; l < links; ++l) capacity_[l] = net_.capacity(static_cast<int>(links_.id_at(l)));
+    if (report_) stats_.resize(links);
     link_stamp_.assign(links, 0);
     link_mark_.assign(links, 0);
     link_used_.assign(links, 0);
@@ -231,7 +244,18 @@ class Engine {
       if (report_) result_.ops.push_back({ops_[i].id, state_[i].start_s, state_[i].end_s});
       result_.time_s = std::max(result_.time_s, state_[i].end_s);
     }
-    result_.links = std::move(stats_);
+    if (report_) {
+      // Every link of the cluster, those no op used idle.
+      result_.links.resize(net_.links());
+      for (int l = 0; l < net_.links(); ++l)
+        result_.links[l] = LinkStats{
+            .name = net_.name(l), .host = net_.host_of_nic(l), .bandwidth = net_.capacity(l)};
+      for (int l = 0; l < links_.size(); ++l) {
+        LinkStats& to = result_.links[links_.id_at(l)];
+        to.busy_s = stats_[l].busy_s;
+        to.bytes = stats_[l].bytes;
+      }
+    }
     return std::move(result_);
   }
 
@@ -387,7 +411,8 @@ class Engine {
       for (int l : comp_links) {
         double rate = 0;
         for (int f : link_flows_[l]) rate += state_[f].rate * usage_weight(f, l);
-        if (rate != last_rate_[l]) result_.link_rates.push_back({l, now_, rate});
+        if (rate != last_rate_[l])
+          result_.link_rates.push_back({static_cast<int>(links_.id_at(l)), now_, rate});
         last_rate_[l] = rate;
       }
   }
@@ -401,7 +426,7 @@ class Engine {
   void push_level(int l) {
     ++link_stamp_[l];
     if (link_unfrozen_[l] == 0) return;
-    const double level = std::max(0.0, net_.capacity(l) - link_used_[l]) / link_weight_[l];
+    const double level = std::max(0.0, capacity_[l] - link_used_[l]) / link_weight_[l];
     heap_.push_back({level, l, link_stamp_[l]});
     std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
@@ -428,6 +453,9 @@ class Engine {
   int64_t steps_ = 0;
   std::vector<OpModel> models_;
   std::vector<OpState> state_;
+  DenseIndex devices_;                    // the devices the ops use
+  DenseIndex links_;                      // the links the ops use
+  std::vector<double> capacity_;          // per link
   std::vector<std::vector<int>> queues_;  // per device, its ops in plan order
   std::vector<size_t> head_;              // per device, index of its current op in queues_
   std::vector<std::vector<int>> link_flows_;
@@ -464,6 +492,18 @@ SimTime simulate_time(const Batch& batch, const std::vector<Op>& ops) {
   Engine engine(batch, ops, batch.cluster, {}, /*report=*/false);
   const double time = engine.run().time_s;
   return {time, engine.steps()};
+}
+
+OpTimer::OpTimer(const Batch& batch)
+    : batch_(&batch), net_(std::make_unique<sim::Network>(batch.cluster)) {}
+
+OpTimer::~OpTimer() = default;
+
+double OpTimer::time_of(const Op& op) const {
+  const OpModel m = model_op(op, *net_, batch_->cluster, *batch_);
+  double rate = std::numeric_limits<double>::infinity();
+  for (const Usage& u : m.usages) rate = std::min(rate, net_->capacity(u.link) / u.weight);
+  return m.usages.empty() ? m.latency_s : m.latency_s + m.work_bytes / rate;
 }
 
 std::vector<const LinkStats*> busiest_links(const SimResult& sim, int top) {

@@ -229,6 +229,14 @@ std::vector<BenchCase> grown_paper_suite(const std::vector<int>& numbers, int ho
       grown.description = describe(grown.problem);
       suite.push_back(std::move(grown));
     }
+  // The sharded case (one holder and one receiver per task, 64 tasks per host): what planning
+  // time at scale is measured on.
+  BenchCase sharded;
+  sharded.label = "s";
+  sharded.problem = on_paper_cluster(TensorSpec{{8 * int64_t{hosts}, 1024, 512}, DType::float16},
+                                     {hosts, 8}, "S0RS1", {hosts, 8}, "S01RR", 8);
+  sharded.description = describe(sharded.problem);
+  suite.push_back(std::move(sharded));
   return suite;
 }
 

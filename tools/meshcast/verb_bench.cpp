@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -146,8 +148,10 @@ void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
 
 nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suite,
                        const std::vector<BenchRow>& rows, const std::vector<Skipped>& skipped) {
-  const bool numbered = o.suite == "paper";
+  // Paper cases are numbers; other labels (random r1.., --grow's s) stay strings.
   const auto case_json = [&](const std::string& label) {
+    const bool numbered =
+        o.suite == "paper" && !label.empty() && std::all_of(label.begin(), label.end(), ::isdigit);
     return numbered ? nlohmann::json(std::stoi(label)) : nlohmann::json(label);
   };
   nlohmann::json j = {{"meshcast_version", kVersion},

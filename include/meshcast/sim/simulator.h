@@ -3,12 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "meshcast/plan/plan.h"
 
 namespace meshcast {
+namespace sim {
+class Network;
+}
 
 struct OpTiming {
   int id = 0;  // Op::id
@@ -63,6 +67,20 @@ struct SimTime {
   int64_t steps = 0;
 };
 SimTime simulate_time(const Batch& batch, const std::vector<Op>& ops);
+
+// How long one op of `batch` takes when nothing else runs, in the simulator's model of that op (its
+// latency and pipeline fill, then its bytes at the rate of its most loaded link): the planner's
+// greedy times ops with it, so planner and simulator share one op model. The batch must outlive it.
+class OpTimer {
+ public:
+  explicit OpTimer(const Batch& batch);
+  ~OpTimer();
+  double time_of(const Op& op) const;
+
+ private:
+  const Batch* batch_;
+  std::unique_ptr<sim::Network> net_;
+};
 
 // The `top` links that carried bytes, ordered by the time their bytes need at full bandwidth
 // (the bottlenecks first; ties by name). Pointers into `sim.links`.

@@ -38,7 +38,9 @@ std::vector<BenchCase> single_sender_suite();
 std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices = 32,
                                     int64_t bytes = int64_t{512} << 20);
 // The paper's cases with both meshes grown so that a 2-host mesh becomes `hosts` hosts of 8
-// devices, and dim 0 grown with them (same bytes per host).
+// devices, and dim 0 grown with them (same bytes per host); then, whatever `numbers` holds, case
+// "s": `(hosts,8) S0RS1 -> (hosts,8) S01RR` of a float16 tensor `8*hosts x 1024 x 512` (64 * hosts
+// unit tasks, one holder and one receiver each).
 std::vector<BenchCase> grown_paper_suite(const std::vector<int>& numbers, int hosts);
 
 // A strategy with its balance mode: "send_recv", "allgather", "broadcast/none", ...
