@@ -150,6 +150,7 @@ check bench-random 0 "^r3 " -- "$MESHCAST" bench --suite random --count 3 --seed
 # The soak of docs/reliability.md, short: 100 random cases x 5 strategies played and verified.
 check bench-random-soak-local 0 "^verify: [0-9]+ destination elements checked in 500 rows, 0 wrong$" -- "$MESHCAST" bench --suite random --count 100 --seed 1 --backend local --verify --bytes 16384 --iters 1 --warmup 0
 check bench-scale 0 "\(4,8\) RRR +broadcast/order" -- "$MESHCAST" bench --grow --grow-hosts 4 --cases 7 --strategies broadcast
+check bench-grow-sharded 0 '"case":"s","effective_gbps":[0-9.]+,"layout":"\(4,8\) S0RS1 -> \(4,8\) S01RR"' -- "$MESHCAST" bench --grow --grow-hosts 4 --cases 7 --strategies broadcast/order --json
 check bench-bad-strategy 2 "bad strategy 'teleport' in --strategies" -- "$MESHCAST" bench --strategies send_recv,teleport
 check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,9
 check bench-bad-suite 2 "bad --suite 'foo'" -- "$MESHCAST" bench --suite foo

@@ -321,5 +321,25 @@ TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   EXPECT_DOUBLE_EQ(lower_bound(same, decompose(same)), 0.0);
 }
 
+// Planning follows the problem, not the cluster: the devices of a problem on the first hosts of
+// the largest cluster allowed (8,192 hosts of 512 devices) get the plan they get on a cluster of
+// just those hosts.
+TEST(PlannerTest, PlansDoNotDependOnTheDevicesAProblemDoesNotTouch) {
+  for (const char* dst_spec : {"RS0", "S0R", "RR"}) {
+    SCOPED_TRACE(dst_spec);
+    const Resharding small = problem_of({64, 64}, Mesh::placed({2, 2}, 0, 512), "S0R",
+                                        Mesh::placed({2, 2}, 2, 512), dst_spec, 4, 512);
+    Resharding huge = small;
+    huge.cluster.hosts = 8192;
+    for (Balance b : {Balance::none, Balance::size, Balance::order}) {
+      const Plan a = make_plan(small, {.balance = b});
+      const Plan c = make_plan(huge, {.balance = b});
+      EXPECT_EQ(a.ops, c.ops);
+      EXPECT_EQ(a.lower_bound_s, c.lower_bound_s);
+      EXPECT_EQ(estimate(a), estimate(c));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshcast
