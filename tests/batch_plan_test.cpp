@@ -67,6 +67,33 @@ TEST(BatchPlanTest, TheBoundOfABatchIsAtMostTheSumOfItsTensorsBounds) {
   }
 }
 
+// ... and never less than any one tensor's bound: moving the batch moves that tensor too. (The
+// pooled term over all tasks alone could be: a tensor held by two hosts, pooled with one held by
+// two others, would share four hosts' bandwidth.)
+TEST(BatchPlanTest, TheBoundOfABatchIsAtLeastEachTensorsBound) {
+  std::mt19937 rng(8);
+  for (int round = 0; round < 100; ++round) {
+    const Batch batch = testing::random_batch(rng, 2 + static_cast<int>(rng() % 6));
+    const double joint = lower_bound(batch, decompose(batch));
+    for (size_t i = 0; i < batch.tensors.size(); ++i) {
+      const Resharding one = batch.resharding(i);
+      EXPECT_GE(joint, lower_bound(one, decompose(one)) * (1 - 1e-12)) << "round " << round;
+    }
+  }
+  // The case the pooled term alone misses: 64 MiB held by hosts 0 and 1, spread over hosts 4-7
+  // (32 MiB per source NIC), pooled with 4 KiB held by hosts 2 and 3.
+  Batch batch;
+  batch.cluster = Cluster{.hosts = 9, .devices_per_host = 1};
+  batch.tensors.push_back({"big", TensorSpec{{16 << 20}, DType::float32},
+                           Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("R")},
+                           Layout{Mesh({4}, {4, 5, 6, 7}), ShardingSpec::parse("S0")}});
+  batch.tensors.push_back({"small", TensorSpec{{1024}, DType::float32},
+                           Layout{Mesh({2}, {2, 3}), ShardingSpec::parse("R")},
+                           Layout{Mesh({1}, {8}), ShardingSpec::parse("R")}});
+  const double per_nic = 32.0 * (1 << 20) / batch.cluster.nic_bandwidth;
+  EXPECT_DOUBLE_EQ(lower_bound(batch, decompose(batch)), per_nic + batch.cluster.latency);
+}
+
 // Joint planning: two tensors whose sources sit on different hosts send at the same time, so
 // the batch finishes in about the time of its larger tensor, not of both one after another.
 TEST(BatchPlanTest, TensorsFromDifferentHostsMoveAtOnce) {

@@ -230,7 +230,8 @@ class OrderPlanner {
     }
     std::optional<Candidate> best;
     for (const auto& [idle, i] : ranked) {
-      Op op = transfer_op(t, slice, job, t.candidates[i], batch_, options_.chunk_bytes);
+      Op op = transfer_op(t, slice, job, t.candidates[i], batch_, options_.chunk_bytes,
+                          [&](DeviceId r) { return schedule.idle_from(model_.nic(r, true)); });
       auto cost = model_.cost_of(op);
       const Slot slot = schedule.probe(cost, 0);
       work += 2 + static_cast<int64_t>(op.receivers.size());

@@ -1,6 +1,7 @@
 #include "jobs.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "timeline.h"
@@ -100,7 +101,8 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 }
 
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
-               const Batch& batch, int64_t chunk_bytes) {
+               const Batch& batch, int64_t chunk_bytes,
+               const std::function<double(DeviceId)>& entry_key) {
   const Cluster& cluster = batch.cluster;
   const int element = element_size(batch, job.tensor);
   const int home = cluster.host_of(sender);
@@ -111,6 +113,25 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int hb = cluster.host_of(b);
     return std::pair(ha != home, ha) < std::pair(hb != home, hb);
   });
+  // Each other host is entered at its device of smallest key (its NIC free soonest), the rest of
+  // its devices following in cyclic order: with several NICs per host, chains spread over them.
+  if (entry_key)
+    for (auto group = chain.begin(); group != chain.end();) {
+      const int host = cluster.host_of(*group);
+      const auto end =
+          std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
+      if (host != home) {
+        auto entry = group;
+        double best = entry_key(*group);
+        for (auto it = std::next(group); it != end; ++it)
+          if (const double key = entry_key(*it); key < best) {
+            best = key;
+            entry = it;
+          }
+        std::rotate(group, entry, end);
+      }
+      group = end;
+    }
   // (the kind first: the chain is moved into the op)
   const OpKind kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast;
   Op op = make_op(kind, {make_piece(batch, job.tensor, job.task, slice)}, sender, std::move(chain));

@@ -22,6 +22,32 @@ std::vector<double> host_in_bytes(const Resharding& problem, const std::vector<U
   return in;
 }
 
+namespace {
+
+// Σ b over tasks of N and the hosts ∪ HS(t) that can send them (indices of a DenseIndex).
+class Pooled {
+ public:
+  explicit Pooled(int hosts) : sender_(hosts, false) {}
+  void add(double bytes, const std::set<int>& senders) {
+    bytes_ += bytes;
+    for (int h : senders) sender_[h] = true;
+  }
+  // The bytes over the senders' bandwidth together, seconds.
+  double bound(const DenseIndex& hosts, const Cluster& cluster) const {
+    if (bytes_ <= 0) return 0;
+    double bandwidth = 0;
+    for (int h = 0; h < hosts.size(); ++h)
+      if (sender_[h]) bandwidth += cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
+    return bytes_ / bandwidth;
+  }
+
+ private:
+  double bytes_ = 0;
+  std::vector<bool> sender_;
+};
+
+}  // namespace
+
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
   const Cluster& cluster = batch.cluster;
   // Tables over the hosts and devices the tasks name, not the whole cluster.
@@ -37,35 +63,37 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
   std::vector<double> only(hosts.size(), 0);  // only(h)
   std::vector<double> dev_in(devices.size(), 0);
-  std::vector<bool> pooled_sender(hosts.size(), false);  // hosts of ∪ HS(t) over t in N
-  double pooled_bytes = 0;
-  for (const UnitTask& t : std::views::join(tasks)) {
-    const auto b = static_cast<double>(t.bytes);
-    std::set<int> hs;
-    std::set<int> hr;
-    for (DeviceId d : t.senders) hs.insert(hosts.index_of(cluster.host_of(d)));
-    for (DeviceId d : t.receivers) hr.insert(hosts.index_of(cluster.host_of(d)));
-    for (int h : hr)
-      if (!hs.contains(h)) in[h] += b;
-    const bool receivers_outside_senders =
-        !std::includes(hs.begin(), hs.end(), hr.begin(), hr.end());
-    if (hs.size() == 1 && !(hr.size() == 1 && hr.contains(*hs.begin()))) only[*hs.begin()] += b;
-    if (receivers_outside_senders) {
-      pooled_bytes += b;
-      for (int h : hs) pooled_sender[h] = true;
-    }
-    for (DeviceId d : t.receivers)
-      if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end())
-        dev_in[devices.index_of(d)] += b;
-  }
+  // The pooled term of the whole batch, and of each tensor's tasks alone: the bytes that must
+  // leave some host of a set, over that set's bandwidth, bound any subset of the tasks, and one
+  // tensor's can be the larger (a tensor held on one host, pooled with tensors held on many).
+  Pooled batch_pooled(hosts.size());
   double bound = 0;
-  double pooled_bandwidth = 0;
+  for (const auto& of_tensor : tasks) {
+    Pooled tensor_pooled(hosts.size());
+    for (const UnitTask& t : of_tensor) {
+      const auto b = static_cast<double>(t.bytes);
+      std::set<int> hs;
+      std::set<int> hr;
+      for (DeviceId d : t.senders) hs.insert(hosts.index_of(cluster.host_of(d)));
+      for (DeviceId d : t.receivers) hr.insert(hosts.index_of(cluster.host_of(d)));
+      for (int h : hr)
+        if (!hs.contains(h)) in[h] += b;
+      if (hs.size() == 1 && !(hr.size() == 1 && hr.contains(*hs.begin()))) only[*hs.begin()] += b;
+      if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
+        batch_pooled.add(b, hs);
+        tensor_pooled.add(b, hs);
+      }
+      for (DeviceId d : t.receivers)
+        if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end())
+          dev_in[devices.index_of(d)] += b;
+    }
+    bound = std::max(bound, tensor_pooled.bound(hosts, cluster));
+  }
+  bound = std::max(bound, batch_pooled.bound(hosts, cluster));
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max({bound, in[h] / nic, only[h] / nic});
-    if (pooled_sender[h]) pooled_bandwidth += nic;
   }
-  if (pooled_bytes > 0) bound = std::max(bound, pooled_bytes / pooled_bandwidth);
   for (int d = 0; d < devices.size(); ++d)
     bound = std::max(
         bound, dev_in[d] / cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d))));
