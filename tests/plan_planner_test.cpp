@@ -341,5 +341,19 @@ TEST(PlannerTest, PlansDoNotDependOnTheDevicesAProblemDoesNotTouch) {
   }
 }
 
+// No relay through a host that holds the slice: each host's receiver gets it from the holder
+// beside it, and nothing crosses a NIC.
+TEST(PlannerTest, BroadcastServesReceiversOnAHoldingHostFromThatHost) {
+  const Resharding p = problem_of({1024}, Mesh({2}, {0, 2}), "R", Mesh({2}, {1, 3}), "R", 2, 2);
+  for (Balance b : {Balance::none, Balance::size, Balance::order}) {
+    const Plan plan = make_plan(p, {.strategy = Strategy::broadcast, .balance = b});
+    validate_plan(plan);
+    EXPECT_EQ(plan.network_bytes, 0) << to_string(b);
+    ASSERT_EQ(plan.ops.size(), 2u);
+    for (const Op& op : plan.ops)
+      EXPECT_EQ(p.cluster.host_of(*op.sender), p.cluster.host_of(op.receivers[0]));
+  }
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -57,10 +57,27 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
       for (DeviceId r : others)
         job.transfers.push_back({task.slice, task.bytes, {r}, task.senders, true});
       break;
-    case Strategy::broadcast:
-      if (!others.empty())
-        job.transfers.push_back({task.slice, task.bytes, others, task.senders, true});
+    case Strategy::broadcast: {
+      // A receiver on a host that holds the slice gets it from a holder there over device links:
+      // a chain through that host would carry the slice over its NIC for nothing.
+      std::vector<DeviceId> remote;
+      std::map<int, std::vector<DeviceId>> local;  // by host
+      for (DeviceId r : others) {
+        const int h = batch.cluster.host_of(r);
+        const bool held = std::any_of(task.senders.begin(), task.senders.end(),
+                                      [&](DeviceId d) { return batch.cluster.host_of(d) == h; });
+        (held ? local[h] : remote).push_back(r);
+      }
+      if (!remote.empty())
+        job.transfers.push_back({task.slice, task.bytes, remote, task.senders, true});
+      for (const auto& [host, receivers] : local) {
+        std::vector<DeviceId> holders;
+        for (DeviceId d : task.senders)
+          if (batch.cluster.host_of(d) == host) holders.push_back(d);
+        job.transfers.push_back({task.slice, task.bytes, receivers, holders, true});
+      }
       break;
+    }
     case Strategy::allgather: {
       std::map<int, std::vector<DeviceId>> by_host;
       for (DeviceId r : others) by_host[batch.cluster.host_of(r)].push_back(r);

@@ -63,6 +63,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
   std::vector<double> only(hosts.size(), 0);  // only(h)
   std::vector<double> dev_in(devices.size(), 0);
+  std::vector<double> dev_only(devices.size(), 0);  // dev_only(d)
   // The pooled term of the whole batch, and of each tensor's tasks alone: the bytes that must
   // leave some host of a set, over that set's bandwidth, bound any subset of the tasks, and one
   // tensor's can be the larger (a tensor held on one host, pooled with tensors held on many).
@@ -86,6 +87,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       for (DeviceId d : t.receivers)
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end())
           dev_in[devices.index_of(d)] += b;
+      // A sole holder sends every byte some other receiver needs at least once.
+      if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
+                                               [&](DeviceId r) { return r != t.senders[0]; }))
+        dev_only[devices.index_of(t.senders[0])] += b;
     }
     bound = std::max(bound, tensor_pooled.bound(hosts, cluster));
   }
@@ -94,9 +99,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max({bound, in[h] / nic, only[h] / nic});
   }
-  for (int d = 0; d < devices.size(); ++d)
-    bound = std::max(
-        bound, dev_in[d] / cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d))));
+  for (int d = 0; d < devices.size(); ++d) {
+    const double dev = cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d)));
+    bound = std::max({bound, dev_in[d] / dev, dev_only[d] / dev});
+  }
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
   return bound > 0 ? bound + cluster.latency : 0;
