@@ -58,13 +58,19 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
         job.transfers.push_back({task.slice, task.bytes, {r}, task.senders, true});
       break;
     case Strategy::broadcast: {
-      // A receiver on a host that holds the slice gets it from a holder there over device links:
-      // a chain through that host would carry the slice over its NIC for nothing.
+      // When several hosts hold the slice, a receiver on one of them gets it from a holder there
+      // over device links: a chain from another holder through that host would carry the slice
+      // over its NIC for nothing. (With one holding host the chain starts there anyway.)
+      const int first_host = batch.cluster.host_of(task.senders[0]);
+      const bool several_holders =
+          std::any_of(task.senders.begin(), task.senders.end(),
+                      [&](DeviceId d) { return batch.cluster.host_of(d) != first_host; });
       std::vector<DeviceId> remote;
       std::map<int, std::vector<DeviceId>> local;  // by host
       for (DeviceId r : others) {
         const int h = batch.cluster.host_of(r);
-        const bool held = std::any_of(task.senders.begin(), task.senders.end(),
+        const bool held = several_holders &&
+                          std::any_of(task.senders.begin(), task.senders.end(),
                                       [&](DeviceId d) { return batch.cluster.host_of(d) == h; });
         (held ? local[h] : remote).push_back(r);
       }
