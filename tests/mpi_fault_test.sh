@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Faults under mpirun (issue 15): a rank killed mid-run and a rank that hangs mid-run (a single
-# tensor and a batch) end the job in bounded time with a message naming what failed and a
+# tensor, a batch, a bench and a pipeline) end the job in bounded time with a message naming what failed and a
 # non-zero mpirun status; no rank is left waiting. A launch whose machines do not match the
 # plan's hosts is refused before any byte moves. (Ranks given different plans: runtime_mpi_test;
 # Python's Resharder: python_mpi_test.)
@@ -62,6 +62,16 @@ fault_run rank-hung-batch 6 STOP "run [0-9]+ of 100000000 did not finish within 
   "${BATCH[@]}" --timeout 5
 fault_run bench-rank-hung 12 STOP "did not finish within the timeout of 5 s" \
   bench --backend mpi --cases 7 --bytes 4194304 --iters 100000000 --timeout 5
+# The pipeline runtime: a rank stopped mid-iteration; the others' watchdog ends the job.
+CHAIN=$(mktemp)
+echo '{"cluster": {"hosts": 3, "devices_per_host": 2}, "microbatches": 4,
+  "stages": [{"mesh": "2", "first_host": 0, "forward_s": 0.005}, {"mesh": "2", "first_host": 1, "forward_s": 0.005},
+             {"mesh": "2", "first_host": 2, "forward_s": 0.005}],
+  "edges": [{"from": 0, "to": 1, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "RR"}]},
+            {"from": 1, "to": 2, "tensors": [{"shape": [8, 16], "src_spec": "RR", "dst_spec": "S0R"}]}]}' >"$CHAIN"
+fault_run pipeline-rank-hung 6 STOP "pipeline iteration [0-9]+ of 1001 did not finish within the timeout of 5 s" \
+  pipeline --config "$CHAIN" --run --backend mpi --repeats 1000 --timeout 5
+rm -f "$CHAIN"
 
 # A cluster host whose ranks run on two machines: ranks 2,3 get another host name (a UTS
 # namespace; root only). Two hosts of 2 devices match the launch; one host of 4 does not.

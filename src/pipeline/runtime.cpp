@@ -204,9 +204,15 @@ class Run {
  public:
   Run(const PipelineModel& model, const Schedule& schedule, const ExecutorFactory& make_executor,
       const RuntimeOptions& options)
-      : model_(model), schedule_(schedule), options_(options), lowered_(checked_lower()) {
+      : model_(model),
+        schedule_(schedule),
+        options_(options),
+        lowered_(checked_lower()),
+        watchdog_(options.timeout_s) {
     here_.assign(model.cluster.devices(), false);
+    watchdog_.enter("compiling the channels' plans");
     make_channels(make_executor);
+    watchdog_.leave();
     check_timed_network();
     for (int d = 0; d < schedule.stages; ++d)
       for (DeviceId dev : model.stages[d].mesh.devices())
@@ -217,8 +223,12 @@ class Run {
   }
 
   RuntimeResult play() {
-    for (int i = 0; i < options_.warmup_iterations; ++i) iterate();
     Executor& collective = *channels_.front().executor;
+    const int total = options_.warmup_iterations + options_.iterations;
+    for (int i = 0; i < options_.warmup_iterations; ++i) {
+      watchdog_.enter(fmt::format("pipeline iteration {} of {}", i + 1, total));
+      iterate();
+    }
     // The measured iterations; the one of median makespan is reported (every process picks the
     // same: the makespans are combined over the processes first).
     struct Iteration {
@@ -228,6 +238,8 @@ class Run {
     };
     std::vector<Iteration> iterations;
     for (int i = 0; i < options_.iterations; ++i) {
+      watchdog_.enter(
+          fmt::format("pipeline iteration {} of {}", options_.warmup_iterations + i + 1, total));
       const double makespan = collective.max_over_processes(iterate());
       iterations.push_back({makespan, std::move(records_), std::move(transfers_)});
     }
@@ -271,8 +283,11 @@ class Run {
       r.bubble_fraction = idle_total / (schedule_.stages * makespan);
       r.microbatches_per_s = schedule_.microbatches / makespan;
     }
-    if (options_.compute == ComputeMode::real)
+    if (options_.compute == ComputeMode::real) {
+      watchdog_.enter("the gradient check");
       out.gradient_error = collective.max_over_processes(gradient_error());
+    }
+    watchdog_.leave();
     return out;
   }
 
@@ -766,6 +781,7 @@ class Run {
   const Schedule& schedule_;
   RuntimeOptions options_;
   LoweredSchedule lowered_;
+  Watchdog watchdog_;  // before the channels: bounds their (collective) compilation
   std::vector<Channel> channels_;
   std::vector<char> here_;  // per device of the cluster: its buffers are in this process
   std::vector<int> stage_here_;

@@ -44,6 +44,7 @@ struct PipelineVerbOptions {
   double transfer_delay_s = 0;
   bool emulate_network = false;
   int repeats = 1;
+  double timeout_s = kDefaultTimeoutS;
 };
 
 // One row of the comparison: a schedule, how transfers are made, and whether they overlap.
@@ -325,7 +326,8 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
                                            .overlap = v.overlap,
                                            .transfer_delay_s = o.transfer_delay_s,
                                            .emulated_network = std::move(network),
-                                           .iterations = o.repeats});
+                                           .iterations = o.repeats,
+                                           .timeout_s = o.timeout_s});
     rows.push_back({std::move(simulated), std::move(measured)});
   }
   std::string report;
@@ -467,6 +469,12 @@ void add_pipeline_verb(CLI::App& app) {
                    "--run: measured iterations per method; the one of median makespan is reported")
       ->capture_default_str()
       ->check(in_range(1, 1000));
+  verb->add_option("--timeout", o->timeout_s,
+                   "--run: seconds a process may wait in one phase (compiling, one iteration, the "
+                   "gradient check) before it names that phase and exits 3 (mpirun then stops "
+                   "every rank); 0: forever")
+      ->capture_default_str()
+      ->check(in_range(0));
   verb->add_flag("--emulate-network", o->emulate_network,
                  "--run: every transfer takes its simulated time, concurrent ones sharing ports as "
                  "in the simulator (local backend)");

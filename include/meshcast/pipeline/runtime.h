@@ -14,6 +14,7 @@
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/pipeline/simulator.h"
 #include "meshcast/runtime/executor.h"
+#include "meshcast/runtime/watchdog.h"
 
 namespace meshcast::pipeline {
 
@@ -49,6 +50,11 @@ struct RuntimeOptions {
   int warmup_iterations = 1;
   // Measured iterations: the result is the one whose makespan is the median.
   int iterations = 1;
+  // Seconds a process may wait in one phase (compiling the channels' plans, one iteration with
+  // its combined figures, the gradient check) before its watchdog names the phase and ends the
+  // process with kTimeoutExitStatus, so that mpirun stops every rank when a peer died or hangs
+  // (meshcast/runtime/watchdog.h); 0: forever. An iteration longer than this needs a larger one.
+  double timeout_s = kDefaultTimeoutS;
 };
 
 struct RuntimeResult {
