@@ -9,7 +9,9 @@ MPIRUN=(timeout 120 mpirun --oversubscribe)
 failures=0
 passes=0
 
-check() {  # check NAME EXPECT(0|nonzero|N) PATTERN COUNT -- command args...: PATTERN on COUNT lines
+# check NAME EXPECT(0|nonzero|N) PATTERN COUNT -- command args...: PATTERN on COUNT lines (N+: at
+# least N, where mpirun may stop the other ranks before they print)
+check() {
   local name=$1 want=$2 pattern=$3 count=$4
   shift 5
   local out rc lines
@@ -19,7 +21,7 @@ check() {  # check NAME EXPECT(0|nonzero|N) PATTERN COUNT -- command args...: PA
   if [[ $want == 0 && $rc -ne 0 ]] || [[ $want != 0 && ($rc -eq 0 || $rc -eq 124) ]] ||
     [[ $want =~ ^[1-9][0-9]*$ && $rc -ne $want ]]; then
     echo "FAIL $name: exit $rc, expected $want"; echo "$out" | head -20; failures=$((failures + 1))
-  elif [[ $lines -ne $count ]]; then
+  elif [[ $count == *+ && $lines -lt ${count%+} ]] || [[ $count != *+ && $lines -ne $count ]]; then
     echo "FAIL $name: /$pattern/ on $lines lines, expected $count"; echo "$out" | head -20
     failures=$((failures + 1))
   else
@@ -67,16 +69,17 @@ check pipeline-mpi-timed 0 "^eager-1f1b +eager-1f1b" 1 -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi
 check pipeline-mpi-wrong-rank-count 2 "has 6 devices \(3 hosts x 2 per host\), but MPI started 4 ranks" 4 -- \
   "${MPIRUN[@]}" -np 4 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi
-# A schedule that deadlocks and meshes that do not fit --cluster: one clear error on every rank,
-# exit 2 (mpirun passes on the ranks' status), before anything moves.
+# A schedule that deadlocks and meshes that do not fit --cluster: one clear error on every rank
+# (mpirun stops the others once one has exited, so some may not print it), exit 2 (mpirun passes
+# on the ranks' status), before anything moves.
 DEADLOCK=$(mktemp)
 SMALL=$(mktemp)
 trap 'rm -f "$LINKS" "$CHAIN" "$DEADLOCK" "$SMALL"' EXIT
 printf 'stage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\nstage 2: F0 F1 B0 B1\n' >"$DEADLOCK"
-check pipeline-mpi-deadlock 2 "deadlock: .*stage 1 at step 1 \(B0\) waits for the gradient" 6 -- \
+check pipeline-mpi-deadlock 2 "deadlock: .*stage 1 at step 1 \(B0\) waits for the gradient" 1+ -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi -m 2 --schedule "$DEADLOCK"
 echo '{"hosts": 2, "devices_per_host": 2}' >"$SMALL"
-check pipeline-mpi-no-fit 2 "stage 2 does not fit the cluster of" 4 -- \
+check pipeline-mpi-no-fit 2 "stage 2 does not fit the cluster of" 1+ -- \
   "${MPIRUN[@]}" -np 4 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi --cluster "$SMALL"
 
 # A batch of three tensors (two dtypes, meshes differing per tensor) on 6 ranks: every element
