@@ -162,6 +162,51 @@ inline Batch tiny_tensor_batch(std::mt19937& rng, int tensors, int hosts, int pe
   return batch;
 }
 
+// A batch of `tensors` same-mesh redistributions (what DTensor users do): every tensor's source
+// and destination meshes are one device list of hosts x per_host devices, each its own shape
+// (1-D, 2-D over the hosts, or the host's devices split in two), with random specs on both sides,
+// or a destination on a random subset of those devices (a partial overlap). Tensor dims are drawn
+// from 1..max_dim, uneven on purpose.
+inline Batch same_mesh_batch(std::mt19937& rng, int tensors, int hosts, int per_host,
+                             int64_t max_dim = 13) {
+  Batch batch;
+  batch.cluster.hosts = hosts;
+  batch.cluster.devices_per_host = per_host;
+  const int devices = hosts * per_host;
+  std::vector<DeviceId> all(devices);
+  std::iota(all.begin(), all.end(), 0);
+  auto random_shape = [&]() -> std::vector<int64_t> {
+    switch (rng() % 3) {
+      case 0:
+        return {devices};
+      case 1:
+        return {hosts, per_host};
+      default:
+        return per_host % 2 == 0 ? std::vector<int64_t>{hosts * 2, per_host / 2}
+                                 : std::vector<int64_t>{devices};
+    }
+  };
+  for (int i = 0; i < tensors; ++i) {
+    TensorResharding t;
+    t.name = fmt::format("t{}", i);
+    t.tensor.shape.resize(1 + rng() % 3);
+    for (auto& d : t.tensor.shape) d = 1 + static_cast<int64_t>(rng() % max_dim);
+    t.tensor.dtype = rng() % 2 ? DType::int32 : DType::float64;
+    const Mesh src(random_shape(), all);
+    Mesh dst(random_shape(), all);
+    if (rng() % 4 == 0) {  // partial overlap: the destination on some of the devices
+      std::vector<DeviceId> some = all;
+      std::shuffle(some.begin(), some.end(), rng);
+      some.resize(1 + rng() % devices);
+      dst = Mesh({static_cast<int64_t>(some.size())}, some);
+    }
+    t.src = Layout{src, random_spec(rng, t.tensor.rank(), src.rank())};
+    t.dst = Layout{dst, random_spec(rng, t.tensor.rank(), dst.rank())};
+    batch.tensors.push_back(std::move(t));
+  }
+  return batch;
+}
+
 inline std::string describe(const Resharding& p) {
   return fmt::format("shape {} src mesh {} {} devices {} dst mesh {} {} devices {} G={}",
                      fmt::join(p.tensor.shape, "x"), fmt::join(p.src.mesh.shape(), "x"),

@@ -90,6 +90,29 @@ inline std::vector<Plan> bucket_plans_on(
   return plans;
 }
 
+// Random same-mesh batches (tests/corpus.h) on exactly `devices` devices (2 or 4 per host when
+// that divides them), each planned with every strategy.
+inline std::vector<Plan> same_mesh_plans_on(int devices, unsigned seed, int batches) {
+  std::mt19937 rng(seed);
+  const int per_host = devices % 4 == 0 ? 4 : devices % 2 == 0 ? 2 : 1;
+  std::vector<Plan> plans;
+  for (int i = 0; i < batches; ++i) {
+    const Batch batch =
+        same_mesh_batch(rng, 1 + static_cast<int>(rng() % 4), devices / per_host, per_host);
+    for (const PlanOptions& o : every_strategy()) plans.push_back(make_plan(batch, o));
+  }
+  return plans;
+}
+
+// Allgather pieces that a device already held whole (gathers of same-mesh redistributions).
+inline int held_pieces_in(const std::vector<Plan>& plans) {
+  int held = 0;
+  for (const Plan& plan : plans)
+    for (const Op& op : plan.ops)
+      for (const Piece& p : op.pieces) held += p.holder >= 0;
+  return held;
+}
+
 inline int buckets_in(const std::vector<Plan>& plans) {
   int buckets = 0;
   for (const Plan& plan : plans)

@@ -61,6 +61,17 @@ TEST(LocalExecutorTest, BucketsOfTinyTensorsDeliverEveryElement) {
     }
 }
 
+TEST(LocalExecutorTest, SameMeshRedistributionsDeliverEveryElement) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  for (int devices : {2, 4, 8}) {
+    const auto plans = testing::same_mesh_plans_on(devices, 200 + devices, 12);
+    EXPECT_GT(testing::held_pieces_in(plans), 0) << devices << " devices";
+    for (size_t i = 0; i < plans.size(); ++i)
+      ASSERT_EQ(testing::play_and_count_errors(*executor, plans[i]), 0)
+          << devices << " devices, plan " << i;
+  }
+}
+
 TEST(LocalExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
   for (int threads : {1, 4}) {
     auto executor = make_local_executor({.threads = threads, .split_bytes = 16});

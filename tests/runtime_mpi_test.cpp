@@ -82,6 +82,16 @@ TEST(MpiExecutorTest, StagingMemoryIsReusedAndBoundedOnEveryRank) {
   EXPECT_EQ(world->sum_over_processes(refused), ranks);
 }
 
+TEST(MpiExecutorTest, SameMeshRedistributionsDeliverEveryElement) {
+  const auto plans = testing::same_mesh_plans_on(ranks, 11, 6);
+  // With an even count, hosts have 2 or 4 devices: some gathers must show up.
+  if (ranks % 2 == 0) {
+    ASSERT_GT(testing::held_pieces_in(plans), 0) << ranks << " ranks";
+  }
+  for (size_t i = 0; i < plans.size(); ++i)
+    ASSERT_EQ(testing::play_and_count_errors(*world, plans[i]), 0) << "plan " << i;
+}
+
 TEST(MpiExecutorTest, BroadcastsOnMpiBcastCommunicatorsDeliverEveryElement) {
   auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
   for (const Resharding& p : corpus_for_this_run())

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <map>
 
 #include "timeline.h"
@@ -41,14 +42,16 @@ void add_host_group(Job& job, const UnitTask& task, const std::vector<DeviceId>&
                              std::nullopt, group));
 }
 
-// The job of task `index` of `tensor`.
-Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, Strategy strategy) {
+// The job of task `index` of `tensor`; receivers in `gathered` get the slice from a gather (see
+// below) and are left out here.
+Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, Strategy strategy,
+             const std::vector<DeviceId>& gathered) {
   Job job{.tensor = tensor, .task = index};
   std::vector<DeviceId> others;  // receivers that do not hold the slice yet
   for (DeviceId r : task.receivers) {
     if (holds(task.senders, r))
       job.then.push_back(make_op(OpKind::copy, {{tensor, index, task.slice, task.bytes}}, r, {r}));
-    else
+    else if (!holds(gathered, r))
       others.push_back(r);
   }
   std::sort(others.begin(), others.end());
@@ -94,6 +97,85 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
   return job;
 }
 
+// Gathers among devices that already hold parts (same-device redistributions: Shard ->
+// Replicate, partial replication). Take the receivers of a task on one host, `group`; when
+// exactly one of them holds the slice already (is a sender) and the others do not, the slice is
+// a piece of an allgather over `group`, held whole by that member. Every task with the same group
+// joins one allgather: each member gives its pieces and takes the rest, all device links busy at
+// once, where chained broadcasts from each holder would run one after another (every member takes
+// part in each of them). A group of one task keeps its broadcast (a chain is as fast for one
+// piece). With two holders in the group the other holder would get the piece a second time, so
+// such tasks keep their broadcasts too.
+class Gathers {
+ public:
+  Gathers(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
+    const Cluster& cluster = batch.cluster;
+    std::map<std::vector<DeviceId>, std::vector<Candidate>> by_group;
+    for (int tensor = 0; tensor < static_cast<int>(tasks.size()); ++tensor)
+      for (int index = 0; index < static_cast<int>(tasks[tensor].size()); ++index) {
+        const UnitTask& task = tasks[tensor][index];
+        std::map<int, std::vector<DeviceId>> by_host;
+        for (DeviceId r : task.receivers) by_host[cluster.host_of(r)].push_back(r);
+        for (auto& [host, group] : by_host) {
+          const auto held = std::count_if(group.begin(), group.end(),
+                                          [&](DeviceId r) { return holds(task.senders, r); });
+          if (held != 1 || group.size() < 2) continue;
+          std::sort(group.begin(), group.end());
+          by_group[group].push_back({tensor, index});
+        }
+      }
+    for (const auto& [group, members] : by_group)
+      if (members.size() >= 2) add_gather(batch, tasks, group, members);
+  }
+
+  // Receivers of task `index` of `tensor` that a gather serves.
+  const std::vector<DeviceId>& gathered(int tensor, int index) const {
+    static const std::vector<DeviceId> none;
+    const auto it = gathered_.find({tensor, index});
+    return it == gathered_.end() ? none : it->second;
+  }
+  std::vector<Job>& jobs() { return jobs_; }
+
+ private:
+  struct Candidate {
+    int tensor, index;
+  };
+
+  void add_gather(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
+                  const std::vector<DeviceId>& group, const std::vector<Candidate>& members) {
+    const int n = static_cast<int>(group.size());
+    std::vector<Piece> pieces;
+    std::vector<int64_t> gives(n, 0);  // bytes each member contributes
+    int64_t total = 0;
+    for (const Candidate& c : members) {
+      const UnitTask& task = tasks[c.tensor][c.index];
+      Piece piece = make_piece(batch, c.tensor, c.index, task.slice);
+      piece.holder =
+          static_cast<int>(std::find_if(group.begin(), group.end(),
+                                        [&](DeviceId r) { return holds(task.senders, r); }) -
+                           group.begin());
+      gives[piece.holder] += piece.bytes;
+      total += piece.bytes;
+      pieces.push_back(piece);
+    }
+    // The allgather moves in n-1 ring steps of the largest contribution; one broadcast per task
+    // moves each slice once, one after another. Gather only where it is the faster of the two.
+    const int64_t largest = *std::max_element(gives.begin(), gives.end());
+    if ((n - 1) * largest >= total) return;
+    for (const Candidate& c : members) {
+      auto& served = gathered_[{c.tensor, c.index}];
+      for (DeviceId r : group)
+        if (!holds(tasks[c.tensor][c.index].senders, r)) served.push_back(r);
+    }
+    Job job{.tensor = members[0].tensor, .task = members[0].index};
+    job.then.push_back(make_op(OpKind::allgather, std::move(pieces), std::nullopt, group));
+    jobs_.push_back(std::move(job));
+  }
+
+  std::map<std::pair<int, int>, std::vector<DeviceId>> gathered_;
+  std::vector<Job> jobs_;
+};
+
 }  // namespace
 
 int64_t Job::bytes() const {
@@ -117,9 +199,13 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
   size_t count = 0;
   for (const auto& of_tensor : tasks) count += of_tensor.size();
   jobs.reserve(count);
+  // send_recv means one send per receiver: it gathers nothing.
+  Gathers gathers = strategy == Strategy::send_recv ? Gathers(batch, {}) : Gathers(batch, tasks);
   for (int tensor = 0; tensor < static_cast<int>(tasks.size()); ++tensor)
     for (int i = 0; i < static_cast<int>(tasks[tensor].size()); ++i)
-      jobs.push_back(make_job(batch, tensor, i, tasks[tensor][i], strategy));
+      jobs.push_back(
+          make_job(batch, tensor, i, tasks[tensor][i], strategy, gathers.gathered(tensor, i)));
+  std::move(gathers.jobs().begin(), gathers.jobs().end(), std::back_inserter(jobs));
   return jobs;
 }
 

@@ -293,11 +293,14 @@ json plan_to_json(const Plan& plan) {
   json ops = json::array();
   for (const auto& op : plan.ops) {
     json pieces = json::array();
-    for (const Piece& p : op.pieces)
-      pieces.push_back({{"tensor", p.tensor},
-                        {"task", p.task},
-                        {"slice", box_to_json(p.slice)},
-                        {"bytes", p.bytes}});
+    for (const Piece& p : op.pieces) {
+      json piece = {{"tensor", p.tensor},
+                    {"task", p.task},
+                    {"slice", box_to_json(p.slice)},
+                    {"bytes", p.bytes}};
+      if (p.holder >= 0) piece["holder"] = p.holder;
+      pieces.push_back(std::move(piece));
+    }
     ops.push_back({{"id", op.id},
                    {"kind", to_string(op.kind)},
                    {"pieces", std::move(pieces)},
@@ -350,10 +353,10 @@ Plan plan_from_json(const json& j) {
         for (size_t k = 0; k < pieces.size(); ++k) {
           const json& p = pieces[k];
           const std::string at = fmt::format("{}.pieces[{}]", where, k);
-          check_keys(p, at, {"tensor", "task", "slice", "bytes"}, {});
+          check_keys(p, at, {"tensor", "task", "slice", "bytes"}, {"holder"});
           op.pieces.push_back({field<int>(p, "tensor", at), field<int>(p, "task", at),
                                box_from_json(field<json>(p, "slice", at)),
-                               field<int64_t>(p, "bytes", at)});
+                               field<int64_t>(p, "bytes", at), field_or<int>(p, "holder", at, -1)});
         }
       } else {
         op.pieces.push_back({field_or<int>(o, "tensor", where, 0), field<int>(o, "task", where),

@@ -89,7 +89,11 @@ Box allgather_part(const Box& slice, int parts, int index) {
 }
 
 Box allgather_part(const Piece& piece, int parts, int index) {
-  return allgather_part(piece.slice, parts, index);
+  if (piece.holder < 0) return allgather_part(piece.slice, parts, index);
+  if (index == piece.holder) return piece.slice;
+  Box none = piece.slice;
+  for (Interval& d : none.dims) d.hi = d.lo;
+  return none;
 }
 
 int64_t allgather_part_bytes(const Op& op, const Batch& batch, int index) {

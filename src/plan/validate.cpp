@@ -160,6 +160,15 @@ class Checker {
     const int64_t bytes = p.slice.volume() * dtype_size(plan_.batch.tensors[p.tensor].tensor.dtype);
     if (p.bytes != bytes)
       fail(op, fmt::format("bytes {} do not match the slice's {}", p.bytes, bytes), index);
+    const int n = static_cast<int>(op.receivers.size());
+    if (op.kind == OpKind::allgather ? p.holder < -1 || p.holder >= n : p.holder != -1)
+      fail(op,
+           op.kind == OpKind::allgather
+               ? fmt::format("holder {} is not -1 (split) or a receiver index 0..{}", p.holder,
+                             n - 1)
+               : fmt::format("holder {} on a {}: only allgather pieces have a holder", p.holder,
+                             to_string(op.kind)),
+           index);
   }
 
   void check_op(int index, const Op& op) {

@@ -36,6 +36,11 @@ void check_op_shape(const Op& op, const Batch& batch, int index) {
     if (!full_box(tensor.shape).contains(piece.slice) || piece.slice.empty())
       fail(fmt::format("slice {} is empty or outside the tensor {}", to_string(piece.slice),
                        shape_to_string(tensor.shape, 'x')));
+    const auto n = static_cast<int>(op.receivers.size());
+    if (piece.holder != -1 &&
+        (op.kind != OpKind::allgather || piece.holder < 0 || piece.holder >= n))
+      fail(fmt::format("piece holder {}: expected -1, or a receiver index 0..{} of an allgather",
+                       piece.holder, n - 1));
   }
   const Cluster& cluster = batch.cluster;
   if (op.receivers.empty()) fail("has no receivers");

@@ -64,6 +64,13 @@ void check_shape(const Op& op) {
       if (op.receivers.empty()) fail("at least one receiver");
       break;
   }
+  const auto n = static_cast<int>(op.receivers.size());
+  for (const Piece& p : op.pieces)
+    if (p.holder != -1 && (op.kind != OpKind::allgather || p.holder < 0 || p.holder >= n))
+      throw InvalidArgument(
+          fmt::format("op {} ({}): piece holder {}: expected -1, or a receiver index 0..{} of an "
+                      "allgather",
+                      op.id, to_string(op.kind), p.holder, n - 1));
 }
 
 // Builds the flow of one op (docs/simulator.md): a send is one hop; a broadcast a chain

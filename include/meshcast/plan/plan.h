@@ -30,6 +30,10 @@ struct Piece {
   int task = 0;    // index into that tensor's unit tasks, decompose(batch)[tensor]
   Box slice = {};
   int64_t bytes = 0;  // slice volume x the tensor's dtype size
+  // Allgather ops only. -1: the piece is split, receiver i holds allgather_part(slice, n, i)
+  // before the op. k >= 0: receivers[k] holds the whole piece before the op and every other
+  // receiver gets it (a gather of parts that devices already hold, as in Shard -> Replicate).
+  int holder = -1;
 
   bool operator==(const Piece&) const = default;
 };
@@ -39,9 +43,9 @@ Piece make_piece(const Batch& batch, int tensor, int task, const Box& slice);
 
 // One op moves one message: its pieces, packed in the listed order (several pieces make a
 // bucket; most ops have one). send: sender -> receivers[0]. broadcast: sender -> receivers,
-// chained in this order. allgather: no sender; for each piece, each receiver holds
-// allgather_part(piece.slice, n, i) and all end with the whole piece. copy: sender ==
-// receivers[0].
+// chained in this order. allgather: no sender; for each piece, each receiver i holds
+// allgather_part(piece, n, i) (its part, or the whole piece if it is the piece's holder) and all
+// end with the whole piece. copy: sender == receivers[0].
 struct Op {
   int id = 0;
   OpKind kind = OpKind::send;
@@ -72,8 +76,9 @@ struct Plan {
 // Part i of n of an allgather box: torch.chunk along its longest dimension (first on ties).
 // The strategy, the validator, the simulator and the executors all use this one split.
 Box allgather_part(const Box& slice, int parts, int index);
-// Part i of n of one piece of an allgather op: what receiver i holds of it before the op. Every
-// per-piece split goes through this one function.
+// Part i of n of one piece of an allgather op: what receiver i holds of it before the op, that is
+// allgather_part(piece.slice, n, i), or with a holder the whole piece for receiver `holder` and
+// an empty box for the others. Every per-piece split goes through this one function.
 Box allgather_part(const Piece& piece, int parts, int index);
 // Bytes of member `index`'s parts of an allgather op, over all its pieces (what that member
 // contributes to the message).
