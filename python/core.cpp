@@ -183,6 +183,7 @@ py::dict op_to_dict(const Op& op) {
     piece["task"] = p.task;
     piece["slice"] = box_to_tuple(p.slice);
     piece["bytes"] = p.bytes;
+    piece["holder"] = p.holder;
     pieces.append(piece);
   }
   d["pieces"] = pieces;

@@ -113,10 +113,11 @@ inline int held_pieces_in(const std::vector<Plan>& plans) {
   return held;
 }
 
+// Sends and broadcasts of several pieces (allgathers of several pieces are gathers).
 inline int buckets_in(const std::vector<Plan>& plans) {
   int buckets = 0;
   for (const Plan& plan : plans)
-    for (const Op& op : plan.ops) buckets += op.pieces.size() > 1;
+    for (const Op& op : plan.ops) buckets += op.pieces.size() > 1 && op.kind != OpKind::allgather;
   return buckets;
 }
 
