@@ -61,6 +61,15 @@ TEST(SameMeshGatherTest, ShardToReplicateOnOneHostIsOneAllgatherNearTheDeviceBou
   }
 }
 
+TEST(SameMeshGatherTest, LowerBoundOfSameDeviceLayoutsIsTheDeviceLinkBound) {
+  // Nothing moves when every device already holds its destination tile.
+  EXPECT_EQ(make_plan(same_host("RRR", "RRR")).lower_bound_s, 0);
+  EXPECT_EQ(make_plan(same_host("RRR", "RS1R")).lower_bound_s, 0);
+  // Shard(1) -> Shard(0): every device lacks 3 of its 4 blocks of 512 KiB, over its own link.
+  EXPECT_DOUBLE_EQ(make_plan(same_host("RS1R", "S1RR")).lower_bound_s,
+                   1.5 * (1 << 20) / 12.5e9 + 5e-6);
+}
+
 TEST(SameMeshGatherTest, EachRowOfATwoDimensionalMeshGathersItsOwnPieces) {
   // (Shard(0), Shard(1)) -> (Shard(0), Replicate()) on a 2x2 mesh of one host: rows {0,1} and
   // {2,3} each gather their two column blocks, both at once.
