@@ -77,6 +77,16 @@ std::vector<CLI::Option*> add_cluster_options(CLI::App& verb, ClusterOptions& o)
               ->check(in_range(0))};
 }
 
+CLI::Option* add_timeout_option(CLI::App& verb, double& timeout_s, const std::string& phases) {
+  return verb
+      .add_option("--timeout", timeout_s,
+                  fmt::format("Seconds a process may wait in one phase ({}) before it names that "
+                              "phase and exits 3 (mpirun then stops every rank); 0: forever",
+                              phases))
+      ->capture_default_str()
+      ->check(in_range(0));
+}
+
 namespace {
 
 // The mesh of one side; `side` ("source", "destination") prefixes any error.

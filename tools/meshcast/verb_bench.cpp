@@ -469,12 +469,7 @@ void add_bench_verb(CLI::App& app) {
       ->check(in_range(0));
   verb->add_flag("--verify", o->measure.verify,
                  "local/mpi: check every destination element of each row's last run");
-  verb->add_option("--timeout", o->measure.timeout_s,
-                   "Seconds a process may wait in one phase (compiling, one run, the "
-                   "verification) before it names that phase and exits 3 (mpirun then stops every "
-                   "rank); 0: forever")
-      ->capture_default_str()
-      ->check(in_range(0));
+  add_timeout_option(*verb, o->measure.timeout_s, "compiling, one run, the verification");
   verb->add_option("--max-memory", o->max_memory,
                    "local/mpi: refuse a row whose tiles on this machine need more bytes than this "
                    "(default: the memory available)")

@@ -469,12 +469,7 @@ void add_pipeline_verb(CLI::App& app) {
                    "--run: measured iterations per method; the one of median makespan is reported")
       ->capture_default_str()
       ->check(in_range(1, 1000));
-  verb->add_option("--timeout", o->timeout_s,
-                   "--run: seconds a process may wait in one phase (compiling, one iteration, the "
-                   "gradient check) before it names that phase and exits 3 (mpirun then stops "
-                   "every rank); 0: forever")
-      ->capture_default_str()
-      ->check(in_range(0));
+  add_timeout_option(*verb, o->timeout_s, "--run: compiling, one iteration, the gradient check");
   verb->add_flag("--emulate-network", o->emulate_network,
                  "--run: every transfer takes its simulated time, concurrent ones sharing ports as "
                  "in the simulator (local backend)");

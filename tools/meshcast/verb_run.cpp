@@ -163,12 +163,7 @@ void add_run_verb(CLI::App& app) {
       ->check(in_range(0));
   verb->add_flag("--verify", o->measure.verify,
                  "Check every destination element against the pattern of its global index");
-  verb->add_option("--timeout", o->measure.timeout_s,
-                   "Seconds a process may wait in one phase (compiling, one run, the "
-                   "verification) before it names that phase and exits 3 (mpirun then stops every "
-                   "rank); 0: forever")
-      ->capture_default_str()
-      ->check(in_range(0));
+  add_timeout_option(*verb, o->measure.timeout_s, "compiling, one run, the verification");
   verb->add_option("--cluster", o->cluster_file,
                    "Cluster document for the simulator's prediction (default: the plan's cluster)");
   verb->add_option("--max-memory", o->max_memory,
