@@ -93,6 +93,12 @@ check pipeline-trace 0 '"traceEvents"' -- cat "$TMP/u.json"
 # meshcast pipeline --run: real compute verified against the whole model, with and without overlap
 check pipeline-run-verify 0 '"verified":true' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --format json
 check pipeline-run-verify-no-overlap 0 'eager-1f1b +broadcast +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --no-overlap
+# Interleaved-1F1B: the config's 8 stages are 4 stages x 2 chunks (--chunks 2)
+check pipeline-chunks 0 '^broadcast +interleaved-1f1b +broadcast +yes ' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2
+check pipeline-chunks-bad 2 "bad --chunks 3: expected a divisor of the config's 8 stages" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 3
+check pipeline-run-interleaved-verify 0 '^broadcast +interleaved-1f1b +broadcast +yes .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --scale 0.25 -m 4
+check pipeline-run-interleaved-verify-no-overlap 0 '^send_recv +interleaved-1f1b +send_recv +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --scale 0.25 -m 4 --no-overlap
+check pipeline-run-chunks-mesh 2 "model stage 2 is chunk 1 of stage 0, whose chunk 0 \(model stage 0\) is on devices \[0,1\]" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --chunks 2 --run -m 2
 "$MESHCAST" pipeline --config "$CONFIGS/u-transformer-testbed.json" --run -m 2 --method eager-1f1b --svg "$TMP/run.svg" --trace "$TMP/run.json" >/dev/null 2>&1
 check pipeline-run-svg 0 "measured" -- cat "$TMP/run.svg"
 check pipeline-run-svg-simulated 0 "simulated" -- cat "$TMP/run-simulated.svg"

@@ -56,18 +56,50 @@ inline json skip_model() {
   })");
 }
 
+// Interleaving: three stages of two devices on three hosts, two chunks each (chunk c of stage d is
+// model stage 3c + d, on stage d's mesh), so that the chain 0->1->...->5 goes twice through the
+// stages, plus a skip connection 0->4 that shares stage 0's channel to stage 1 with the chain's
+// 0->1 and 3->4. Stages 1 and 4 hold the activation replicated.
+inline json interleaved_model() {
+  return json::parse(R"({
+    "cluster": {"hosts": 3, "devices_per_host": 2, "nic_gbps": 10, "dev_gbps": 100},
+    "microbatches": 6,
+    "stages": [
+      {"mesh": "2", "first_host": 0, "forward_s": 0.001},
+      {"mesh": "2", "first_host": 1, "forward_s": 0.001},
+      {"mesh": "2", "first_host": 2, "forward_s": 0.001},
+      {"mesh": "2", "first_host": 0, "forward_s": 0.001},
+      {"mesh": "2", "first_host": 1, "forward_s": 0.001},
+      {"mesh": "2", "first_host": 2, "forward_s": 0.001}
+    ],
+    "edges": [
+      {"from": 0, "to": 1, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "RR"}]},
+      {"from": 1, "to": 2, "tensors": [{"shape": [12, 5], "src_spec": "RR", "dst_spec": "S0R"}]},
+      {"from": 2, "to": 3, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "S0R"}]},
+      {"from": 3, "to": 4, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "RR"}]},
+      {"from": 4, "to": 5, "tensors": [{"shape": [12, 5], "src_spec": "RR", "dst_spec": "S0R"}]},
+      {"from": 0, "to": 4, "tensors": [{"shape": [12, 5], "src_spec": "S0R", "dst_spec": "RR"}]}
+    ]
+  })");
+}
+constexpr int kInterleavedChunks = 2;
+
 // Real compute, every generated schedule x strategy x overlap: every weight gradient within 1e-5
 // of the whole model's, and the measured peak in-flight activations equal the schedule's.
 // `whole_timeline`: this process holds every stage, so every transfer was recorded here.
+// With `chunks` > 1 the model's stages are virtual stages and the schedule is interleaved-1F1B.
 inline void check_every_method(const PipelineModel& model, const ExecutorFactory& make_executor,
-                               bool whole_timeline) {
-  for (ScheduleKind kind : generated_kinds())
+                               bool whole_timeline, int chunks = 1) {
+  const std::vector<ScheduleKind> kinds =
+      chunks == 1 ? generated_kinds() : std::vector{ScheduleKind::interleaved_1f1b};
+  for (ScheduleKind kind : kinds)
     for (Strategy strategy : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
       for (bool overlap : {true, false}) {
-        SCOPED_TRACE(fmt::format("{} stages, {}, {}, overlap {}", model.stages.size(),
-                                 to_string(kind), to_string(strategy), overlap));
-        const Schedule schedule =
-            make_schedule(kind, static_cast<int>(model.stages.size()), model.microbatches);
+        SCOPED_TRACE(fmt::format("{} model stages, {} chunks, {}, {}, overlap {}",
+                                 model.stages.size(), chunks, to_string(kind), to_string(strategy),
+                                 overlap));
+        const Schedule schedule = make_schedule(
+            kind, static_cast<int>(model.stages.size()) / chunks, model.microbatches, chunks);
         const RuntimeResult r = run_pipeline(model, schedule, make_executor,
                                              {.compute = ComputeMode::real,
                                               .strategy = strategy,

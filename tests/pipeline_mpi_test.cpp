@@ -1,6 +1,6 @@
 // The pipeline runtime under mpirun, one rank per device: every schedule x strategy x overlap with
 // real compute matches the whole model (the test models whose cluster has as many devices as
-// there are ranks: 6 for the chain, 8 for the skip model).
+// there are ranks: 6 for the chain and the interleaved model, 8 for the skip model).
 #include <gtest/gtest.h>
 
 #include "meshcast/runtime/mpi/mpi_executor.h"
@@ -14,6 +14,16 @@ int& ranks = testing::mpi_ranks;  // set by the shared main (mpi_test_main.cpp)
 
 std::unique_ptr<Executor> mpi_executor() {
   return make_mpi_executor();
+}
+
+// Interleaved-1F1B with two chunks per stage (6 ranks).
+TEST(PipelineMpi, InterleavedChunksMatchTheWholeModelForEveryStrategy) {
+  const PipelineModel model = model_from_json(test_models::interleaved_model());
+  if (model.cluster.devices() != ranks) {
+    GTEST_SKIP() << "the interleaved model has " << model.cluster.devices() << " devices, not "
+                 << ranks;
+  }
+  test_models::check_every_method(model, mpi_executor, false, test_models::kInterleavedChunks);
 }
 
 TEST(PipelineMpi, RealGradientsMatchTheWholeModelForEveryMethod) {

@@ -44,6 +44,14 @@ TEST(PipelineRuntime, RealGradientsMatchTheWholeModelForEveryMethod) {
     test_models::check_every_method(model_from_json(doc), local_executor, true);
 }
 
+// Interleaved-1F1B with two chunks per stage: transfers between the virtual stages of two
+// stages (the chain twice through the stages, and a skip connection) share one channel per stage
+// pair, and every gradient still matches the whole model's.
+TEST(PipelineRuntime, InterleavedChunksMatchTheWholeModelForEveryStrategy) {
+  const PipelineModel model = model_from_json(test_models::interleaved_model());
+  test_models::check_every_method(model, local_executor, true, test_models::kInterleavedChunks);
+}
+
 // Measured from what the runtime holds: the forward stashes alive after each step.
 TEST(PipelineRuntime, MeasuredPeakInFlightEqualsTheSchedulesPrediction) {
   const PipelineModel model = model_from_json(test_models::skip_model());
@@ -130,21 +138,33 @@ void within_three_attempts(const std::function<Attempt()>& attempt) {
 // makespan is the simulator's for every schedule, with and without overlap: it posts, queues and
 // waits for transfers as the simulator does. Transfers take longer than a forward, so GPipe's
 // queue up on their channel, and the skip model's stage 0 sends on three edges at once, which
-// share its port. Sleeping threads wake late on a loaded machine, so measured may exceed
-// simulated a little (median of three iterations); measured below simulated would mean the
-// runtime moves more at once than the model allows.
+// share its port. With two interleaved chunks per stage, the edges between the chunks of two
+// stages (and a skip connection) share one channel, one message at a time, as in the simulator.
+// Sleeping threads wake late on a loaded machine, so measured may exceed simulated a little
+// (median of three iterations); measured below simulated would mean the runtime moves more at
+// once than the model allows.
 TEST(PipelineRuntime, MeasuredMakespanMatchesTheSimulatorOnItsNetwork) {
   json skip = test_models::skip_model();
-  for (auto& st : skip["stages"]) st["forward_s"] = 0.01;
-  for (const json& doc : {test_models::chain_model(0.01), skip}) {
-    const PipelineModel model = model_from_json(doc);
+  json interleaved = test_models::interleaved_model();
+  for (json* doc : {&skip, &interleaved})
+    for (auto& st : (*doc)["stages"]) st["forward_s"] = 0.01;
+  // (interleaved-1f1b with one chunk is eager-1f1b's order)
+  const std::vector<ScheduleKind> one_chunk = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
+                                               ScheduleKind::eager_1f1b};
+  struct Case {
+    json doc;
+    int chunks;
+    std::vector<ScheduleKind> kinds;
+  };
+  for (const Case& c :
+       {Case{test_models::chain_model(0.01), 1, one_chunk}, Case{skip, 1, one_chunk},
+        Case{interleaved, test_models::kInterleavedChunks, {ScheduleKind::interleaved_1f1b}}}) {
+    const PipelineModel model = model_from_json(c.doc);
     const PipelineCosts costs = costs_of(model, 0.015, 0.012);
-    // (interleaved-1f1b with one chunk is eager-1f1b's order)
-    for (ScheduleKind kind :
-         {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::eager_1f1b})
+    for (ScheduleKind kind : c.kinds)
       for (bool overlap : {true, false}) {
-        const Schedule schedule =
-            make_schedule(kind, static_cast<int>(model.stages.size()), model.microbatches);
+        const Schedule schedule = make_schedule(
+            kind, static_cast<int>(model.stages.size()) / c.chunks, model.microbatches, c.chunks);
         const PipelineResult simulation = simulate_pipeline(schedule, costs, {.overlap = overlap});
         const double simulated = simulation.makespan_s;
         within_three_attempts([&] {
@@ -251,6 +271,22 @@ TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
   EXPECT_NE(rejection(model, make_schedule(ScheduleKind::gpipe, 3, 4), {.transfer_delay_s = -1})
                 .find("bad transfer delay -1"),
             std::string::npos);
+  // Interleaving: a stage's chunks share its mesh; an edge between two chunks of one stage is
+  // not a transfer the runtime plays.
+  const Schedule interleaved = make_schedule(ScheduleKind::interleaved_1f1b, 3, 6, 2);
+  json moved = test_models::interleaved_model();
+  moved["stages"][4]["first_host"] = 2;
+  EXPECT_NE(rejection(model_from_json(moved), interleaved)
+                .find("model stage 4 is chunk 1 of stage 1, whose chunk 0 (model stage 1) is on "
+                      "devices [2,3]: expected the same mesh, got devices [4,5]"),
+            std::string::npos);
+  json same_stage = test_models::interleaved_model();
+  same_stage["edges"].push_back(same_stage["edges"][0]);
+  same_stage["edges"].back()["to"] = 3;
+  EXPECT_NE(rejection(model_from_json(same_stage), interleaved)
+                .find("edge 0->3 joins two chunks of stage 0"),
+            std::string::npos);
+
   EXPECT_THROW(parse_compute_mode("fast"), InvalidArgument);
   EXPECT_THROW(scale_tensors(model, 0), InvalidArgument);
   EXPECT_EQ(scale_tensors(model, 0.5).edges[0].tensors[0].tensor.shape,

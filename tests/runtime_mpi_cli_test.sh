@@ -61,6 +61,23 @@ echo '{"cluster": {"hosts": 3, "devices_per_host": 2}, "microbatches": 4,
              {"mesh": "2", "first_host": 2, "forward_s": 0.002}],
   "edges": [{"from": 0, "to": 1, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "RR"}]},
             {"from": 1, "to": 2, "tensors": [{"shape": [8, 16], "src_spec": "RR", "dst_spec": "S0R"}]}]}' >"$CHAIN"
+# Interleaved-1F1B, 3 stages x 2 chunks (model stage 3c+d is chunk c of stage d) and a skip 0->4.
+INTERLEAVED=$(mktemp)
+trap 'rm -f "$LINKS" "$CHAIN" "$INTERLEAVED"' EXIT
+echo '{"cluster": {"hosts": 3, "devices_per_host": 2}, "microbatches": 6,
+  "stages": [{"mesh": "2", "first_host": 0, "forward_s": 0.002}, {"mesh": "2", "first_host": 1, "forward_s": 0.002},
+             {"mesh": "2", "first_host": 2, "forward_s": 0.002}, {"mesh": "2", "first_host": 0, "forward_s": 0.002},
+             {"mesh": "2", "first_host": 1, "forward_s": 0.002}, {"mesh": "2", "first_host": 2, "forward_s": 0.002}],
+  "edges": [{"from": 0, "to": 1, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "RR"}]},
+            {"from": 1, "to": 2, "tensors": [{"shape": [8, 16], "src_spec": "RR", "dst_spec": "S0R"}]},
+            {"from": 2, "to": 3, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "S0R"}]},
+            {"from": 3, "to": 4, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "RR"}]},
+            {"from": 4, "to": 5, "tensors": [{"shape": [8, 16], "src_spec": "RR", "dst_spec": "S0R"}]},
+            {"from": 0, "to": 4, "tensors": [{"shape": [8, 16], "src_spec": "S0R", "dst_spec": "RR"}]}]}' >"$INTERLEAVED"
+check pipeline-mpi-interleaved-verify 0 "interleaved-1f1b .* yes$" 3 -- \
+  "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$INTERLEAVED" --chunks 2 --run --backend mpi --compute real --verify
+check pipeline-mpi-interleaved-verify-no-overlap 0 "interleaved-1f1b +[a-z_]+ +no .* yes$" 3 -- \
+  "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$INTERLEAVED" --chunks 2 --run --backend mpi --compute real --verify --no-overlap
 check pipeline-mpi-verify 0 " yes$" 8 -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi --compute real --verify
 check pipeline-mpi-verify-no-overlap 0 '"verified":true' 1 -- \

@@ -160,21 +160,31 @@ void add_into(std::vector<float>& sum, const float* part, int64_t n) {
 
 // ---- Transfers ----
 
-// One direction of one edge: its messages (one per microbatch) go one at a time in the order the
-// sender posts them, as the simulator's channel per stage pair. Each tensor of the edge has one
-// compiled plan on an executor of the channel's own, and every message its own tile buffers.
-struct Channel {
+// The transfers from one stage to another (physical stages, i.e. meshes): their messages go one at
+// a time in the order the sender posts them, as the simulator's channel per stage pair. With one
+// chunk per stage a channel is one direction of one edge; with interleaving the edges between
+// chunks of the same two stages share it (activations of some, gradients of others). Each
+// (edge, direction) it carries has one compiled plan per tensor on the channel's own executor,
+// and every message its own tile buffers.
+struct Route {
   int edge = 0;
   Payload payload = Payload::activation;
-  std::unique_ptr<Executor> executor;
   std::vector<std::unique_ptr<CompiledPlan>> plans = {};  // per tensor
   std::vector<Resharding> problems = {};                  // per tensor
-  std::vector<int> order = {};                            // message ids in posting order
-  bool sends_here = false;  // this process holds devices of the sending stage
-  bool here = false;        // this process holds devices of either stage
+};
+
+struct Channel {
+  int from_stage = 0;
+  int to_stage = 0;
+  std::unique_ptr<Executor> executor;
+  std::vector<Route> routes = {};
+  std::vector<int> order = {};  // message ids in posting order
+  bool sends_here = false;      // this process holds devices of the sending stage
+  bool here = false;            // this process holds devices of either stage
 };
 
 struct MessageState {
+  const Route* route = nullptr;                   // its edge and direction, with their plans
   std::vector<std::vector<TileBuffers>> buffers;  // per tensor, per device here
   std::vector<std::vector<DeviceBuffers>> views;
   bool posted = false;
@@ -304,11 +314,24 @@ class Run {
       throw InvalidArgument(
           fmt::format("the schedule has {} virtual stages, the model {} stages: expected equal",
                       schedule_.virtual_stages(), model_.stages.size()));
-    if (schedule_.chunks != 1)
-      throw InvalidArgument(
-          fmt::format("the pipeline runtime plays one chunk per stage, the schedule has {} chunks",
-                      schedule_.chunks));
+    // Chunk c of stage d is virtual stage c * stages + d: one mesh holds all of a stage's chunks.
+    for (int vs = schedule_.stages; vs < schedule_.virtual_stages(); ++vs) {
+      const Mesh& own = model_.stages[vs].mesh;
+      const Mesh& first = model_.stages[schedule_.stage_of(vs)].mesh;
+      if (!(own == first))
+        throw InvalidArgument(fmt::format(
+            "model stage {} is chunk {} of stage {}, whose chunk 0 (model stage {}) is on "
+            "devices [{}]: expected the same mesh, got devices [{}]",
+            vs, schedule_.chunk_of(vs), schedule_.stage_of(vs), schedule_.stage_of(vs),
+            fmt::join(first.devices(), ","), fmt::join(own.devices(), ",")));
+    }
     validate(schedule_, model_edges());
+    for (const auto& e : model_.edges)
+      if (schedule_.stage_of(e.edge.from) == schedule_.stage_of(e.edge.to))
+        throw InvalidArgument(fmt::format(
+            "edge {}->{} joins two chunks of stage {}: the runtime plays transfers between "
+            "stages only",
+            e.edge.from, e.edge.to, schedule_.stage_of(e.edge.from)));
     for (const auto& e : model_.edges)
       if (e.tensors.empty())
         throw InvalidArgument(
@@ -331,38 +354,51 @@ class Run {
     return lower(schedule_, model_edges());
   }
 
-  // Every process makes every channel's executor and plans in the same order (MPI: collective).
+  // Every process makes every channel's executor and plans in the same order (MPI: collective):
+  // channels in the order of their first (edge, direction), routes in edge order.
   void make_channels(const ExecutorFactory& make_executor) {
     messages_.resize(lowered_.messages.size());
     for (int e = 0; e < static_cast<int>(model_.edges.size()); ++e)
       for (Payload payload : {Payload::activation, Payload::gradient}) {
-        Channel c{.edge = e, .payload = payload, .executor = make_executor()};
-        for (const auto& t : model_.edges[e].tensors) {
-          c.problems.push_back(
-              edge_resharding(model_, model_.edges[e], t, payload == Payload::gradient));
-          c.plans.push_back(c.executor->compile(
-              make_plan(c.problems.back(), PlanOptions{.strategy = options_.strategy})));
-          for (DeviceId d : c.plans.back()->devices_here()) here_[d] = true;
+        const Edge& edge = model_.edges[e].edge;
+        const bool forward = payload == Payload::activation;
+        const int from = schedule_.stage_of(forward ? edge.from : edge.to);
+        const int to = schedule_.stage_of(forward ? edge.to : edge.from);
+        auto c = std::find_if(channels_.begin(), channels_.end(), [&](const Channel& ch) {
+          return ch.from_stage == from && ch.to_stage == to;
+        });
+        if (c == channels_.end()) {
+          channels_.push_back({.from_stage = from, .to_stage = to, .executor = make_executor()});
+          c = channels_.end() - 1;
         }
-        channels_.push_back(std::move(c));
+        Route route{.edge = e, .payload = payload};
+        for (const auto& t : model_.edges[e].tensors) {
+          route.problems.push_back(edge_resharding(model_, model_.edges[e], t, !forward));
+          route.plans.push_back(c->executor->compile(
+              make_plan(route.problems.back(), PlanOptions{.strategy = options_.strategy})));
+          for (DeviceId d : route.plans.back()->devices_here()) here_[d] = true;
+        }
+        c->routes.push_back(std::move(route));
       }
     for (auto& c : channels_) {
-      const Edge& edge = model_.edges[c.edge].edge;
-      const int from = c.payload == Payload::activation ? edge.from : edge.to;
-      const int to = c.payload == Payload::activation ? edge.to : edge.from;
-      for (DeviceId d : model_.stages[from].mesh.devices()) c.sends_here = c.sends_here || here_[d];
+      for (DeviceId d : model_.stages[c.from_stage].mesh.devices())
+        c.sends_here = c.sends_here || here_[d];
       c.here = c.sends_here;
-      for (DeviceId d : model_.stages[to].mesh.devices()) c.here = c.here || here_[d];
+      for (DeviceId d : model_.stages[c.to_stage].mesh.devices()) c.here = c.here || here_[d];
       // Posting order: the sender's program order.
-      for (const Action& a : lowered_.programs[from])
-        if (a.kind == ActionKind::send && lowered_.messages[a.message].edge == c.edge &&
-            lowered_.messages[a.message].payload == c.payload)
+      for (const Action& a : lowered_.programs[c.from_stage])
+        if (a.kind == ActionKind::send && lowered_.messages[a.message].to_stage == c.to_stage)
           c.order.push_back(a.message);
-      if (!c.here) continue;
       for (int id : c.order) {
         MessageState& m = messages_[id];
-        for (size_t t = 0; t < c.plans.size(); ++t) {
-          m.buffers.push_back(allocate_tile_buffers(c.problems[t], c.plans[t]->devices_here()));
+        const Message& info = lowered_.messages[id];
+        m.route = &*std::find_if(c.routes.begin(), c.routes.end(), [&](const Route& r) {
+          return r.edge == info.edge && r.payload == info.payload;
+        });
+        if (!c.here) continue;
+        for (size_t t = 0; t < m.route->plans.size(); ++t) {
+          m.buffers.push_back(
+              allocate_tile_buffers(m.route->problems[t], m.route->plans[t]->devices_here()));
           m.views.push_back(buffer_views(m.buffers.back()));
         }
       }
@@ -510,9 +546,9 @@ class Run {
       }
       const Clock::time_point began = c.sends_here ? std::max(m.posted_at, free_at) : Clock::now();
       if (options_.emulated_network) begin_flow(id, began);
-      for (size_t t = 0; t < c.plans.size(); ++t) {
-        c.plans[t]->start(m.views[t]);
-        c.plans[t]->wait();
+      for (size_t t = 0; t < m.route->plans.size(); ++t) {
+        m.route->plans[t]->start(m.views[t]);
+        m.route->plans[t]->wait();
       }
       std::this_thread::sleep_until(began + as_duration(options_.transfer_delay_s));
       std::unique_lock lock(mutex_);

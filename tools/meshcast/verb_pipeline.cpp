@@ -29,6 +29,7 @@ struct PipelineVerbOptions {
   std::string config;
   std::string format = "text";
   int microbatches = 0;  // 0: the config's
+  int chunks = 1;        // model chunks per stage: the config's stages are virtual stages
   std::string method = "broadcast+overlap+eager-1f1b";
   std::string svg;
   std::string trace;
@@ -73,6 +74,15 @@ std::vector<Variant> schedule_variants() {
     out.push_back({std::string(to_string(kind)), kind, {Strategy::broadcast}, true});
   return out;
 }
+// With several chunks per stage: interleaved-1F1B under each transfer method, with overlap.
+std::vector<Variant> interleaved_variants() {
+  std::vector<Variant> out;
+  for (auto strategy : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
+    out.push_back(
+        {std::string(to_string(strategy)), ScheduleKind::interleaved_1f1b, {strategy}, true});
+  out.push_back({"free (signal)", ScheduleKind::interleaved_1f1b, {std::nullopt}, true});
+  return out;
+}
 
 struct Row {
   Variant variant;
@@ -81,11 +91,15 @@ struct Row {
   double samples_per_s = 0;
 };
 
-Row run(const PipelineModel& model, const Variant& v,
+// The config's stages are the virtual stages of `chunks` chunks per stage (load_model checked).
+Row run(const PipelineModel& model, int chunks, const Variant& v,
         std::map<std::string, PipelineCosts>& cost_cache) {
   const std::string key = to_string(v.transfer);
   if (!cost_cache.contains(key)) cost_cache[key] = model_costs(model, v.transfer);
-  Row row{v, make_schedule(v.kind, static_cast<int>(model.stages.size()), model.microbatches), {}};
+  Row row{v,
+          make_schedule(v.kind, static_cast<int>(model.stages.size()) / chunks, model.microbatches,
+                        chunks),
+          {}};
   row.result = simulate_pipeline(row.schedule, cost_cache[key], {.overlap = v.overlap});
   row.samples_per_s = row.result.microbatches_per_s * model.samples_per_microbatch;
   return row;
@@ -169,6 +183,11 @@ PipelineModel load_model(const PipelineVerbOptions& o) {
   if (o.microbatches < 0)
     throw InvalidArgument(fmt::format("bad --microbatches {}: expected >= 1", o.microbatches));
   if (o.microbatches > 0) m.microbatches = o.microbatches;
+  if (o.chunks < 1 || m.stages.size() % o.chunks != 0)
+    throw InvalidArgument(fmt::format(
+        "bad --chunks {}: expected a divisor of the config's {} stages (its virtual stages: chunk "
+        "c of stage d is config stage c * stages + d)",
+        o.chunks, m.stages.size()));
   if (!o.cluster.empty()) {
     m.cluster = load_cluster_file(o.cluster, m.cluster);
     for (size_t i = 0; i < m.stages.size(); ++i) {
@@ -285,8 +304,14 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
   std::optional<Schedule> custom;
   if (!o.schedule_file.empty()) {
     custom = load_schedule_file(o.schedule_file);
+    if (o.chunks != 1 && o.chunks != custom->chunks)
+      throw InvalidArgument(fmt::format("--chunks {} differs from the {} chunks of schedule '{}'",
+                                        o.chunks, custom->chunks, o.schedule_file));
     variants.push_back(
         {"custom (" + o.schedule_file + ")", ScheduleKind::custom, {Strategy::broadcast}, true});
+  } else if (o.chunks > 1) {
+    for (const auto& v : interleaved_variants())
+      if (v.transfer.strategy) variants.push_back(v);
   } else {
     for (const auto& v : paper_methods())
       if (v.transfer.strategy) variants.push_back(v);
@@ -316,7 +341,7 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
       costs[key] = model_costs(model, v.transfer);
       simulated = Row{v, *custom, simulate_pipeline(*custom, costs[key], {.overlap = v.overlap})};
     } else {
-      simulated = run(model, v, costs);
+      simulated = run(model, o.chunks, v, costs);
     }
     std::optional<PipelineCosts> network;
     if (o.emulate_network) network = costs.at(to_string(v.transfer));
@@ -375,8 +400,12 @@ void run_verb(const PipelineVerbOptions& o) {
   if (o.run) return play_verb(o, model);
   std::map<std::string, PipelineCosts> costs;
   std::vector<Row> methods, schedules;
-  for (const auto& v : paper_methods()) methods.push_back(run(model, v, costs));
-  for (const auto& v : schedule_variants()) schedules.push_back(run(model, v, costs));
+  const bool interleaved = o.chunks > 1;
+  for (const auto& v : interleaved ? interleaved_variants() : paper_methods())
+    methods.push_back(run(model, o.chunks, v, costs));
+  if (!interleaved)
+    for (const auto& v : schedule_variants()) schedules.push_back(run(model, o.chunks, v, costs));
+  // Alpa's transfers: allgather (with interleaving, the same schedule as every other row).
   const Row& alpa = methods[1];
 
   const Row* shown = nullptr;
@@ -409,8 +438,13 @@ void run_verb(const PipelineVerbOptions& o) {
     j["schedules"] = rows_json(schedules);
     report = j.dump() + "\n";
   } else {
-    report = model_text(model, costs) + "\npaper's methods:\n" + table(methods, alpa) +
-             "\nschedules with broadcast transfers and overlap:\n" + table(schedules, alpa);
+    report = model_text(model, costs) +
+             (interleaved ? fmt::format("\ninterleaved-1f1b, {} chunks per stage, overlap "
+                                        "(vs alpa: vs the allgather row):\n{}",
+                                        o.chunks, table(methods, alpa))
+                          : "\npaper's methods:\n" + table(methods, alpa) +
+                                "\nschedules with broadcast transfers and overlap:\n" +
+                                table(schedules, alpa));
   }
   const std::string title = shown ? fmt::format("{}, {}", model.name, shown->variant.name) : "";
   const std::string svg = o.svg.empty() ? "" : gantt_svg(shown->schedule, shown->result, title);
@@ -438,6 +472,12 @@ void add_pipeline_verb(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json"}));
   verb->add_option("--microbatches,-m", o->microbatches, "Override the config's microbatches")
+      ->check(in_range(1));
+  verb->add_option(
+          "--chunks,-v", o->chunks,
+          "Model chunks per stage: the config's stages are virtual stages (chunk c of "
+          "stage d = config stage c*n+d, n = stages / chunks) played with interleaved-1f1b")
+      ->capture_default_str()
       ->check(in_range(1));
   verb->add_option("--method", o->method, "The row --svg and --trace draw")->capture_default_str();
   verb->add_option("--svg", o->svg, "Write the Gantt chart of --method to this file");

@@ -69,15 +69,18 @@ struct RuntimeResult {
   std::optional<double> gradient_error;
 };
 
-// Makes one executor: the runtime makes one per channel (an edge's activations or its gradients),
-// so that channels move their messages concurrently; under MPI every process makes them in the
-// same order (collective).
+// Makes one executor: the runtime makes one per channel (the transfers from one stage to another:
+// with one chunk per stage an edge's activations or its gradients), so that channels move their
+// messages concurrently; under MPI every process makes them in the same order (collective).
 using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
 
+// The model's stages are the schedule's virtual stages: chunk c of stage d is model stage
+// c * schedule.stages + d, on the same mesh as the stage's other chunks.
 // Plays the schedule on the devices whose buffers this process holds (every device in-process;
 // under MPI one rank per device, each playing its stage's row); measured figures and the gradient
 // check are combined over the processes. Throws InvalidArgument before running anything when the
-// schedule does not fit the model (stage count, edges), deadlocks (validate()), an edge has no
+// schedule does not fit the model (stage count, chunks of one stage on different meshes, an edge
+// between two chunks of one stage, edges), deadlocks (validate()), an edge has no
 // tensors (a fixed time moves no bytes), the executor does not fit the cluster (an MPI rank count
 // that differs from its devices), a transfer delay or emulated network is asked of a process that
 // does not hold every stage, or (real compute) the tensors of a stage do not share one shape and
