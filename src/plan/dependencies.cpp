@@ -1,0 +1,164 @@
+#include "meshcast/plan/dependencies.h"
+
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+
+#include "meshcast/layout/layout.h"
+#include "meshcast/plan/holdings.h"
+
+namespace meshcast {
+namespace {
+
+enum Port : int { send_port = 0, receive_port = 1 };
+
+struct Receipt {
+  Box box;
+  int op;
+};
+
+// Where a device's receipts of one unit task of one tensor are kept.
+struct TaskKey {
+  DeviceId device;
+  int tensor;
+  int task;
+  bool operator==(const TaskKey&) const = default;
+};
+
+struct TaskKeyHash {
+  size_t operator()(const TaskKey& k) const {
+    uint64_t h = static_cast<uint64_t>(k.device) * 0x9E3779B97F4A7C15ULL;
+    h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.tensor)) << 32 |
+          static_cast<uint32_t>(k.task)) +
+         0x7F4A7C15ULL + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+// Replays the ops in plan order, indexing what each device received per (tensor, task) and which
+// op last used each (device, port), so that each op's dependencies cost a few lookups.
+class Tracker {
+ public:
+  explicit Tracker(const Batch& batch) : batch_(batch), sources_(batch.tensors.size()) {}
+
+  std::vector<int> dependencies_of(const Op& op, int k) {
+    std::vector<int> deps;
+    const auto use = [&](DeviceId d, Port port) {
+      auto [it, fresh] = last_on_port_.try_emplace(2 * static_cast<int64_t>(d) + port, k);
+      if (!fresh) {
+        deps.push_back(it->second);
+        it->second = k;
+      }
+    };
+    const auto use_both = [&](DeviceId d) {
+      use(d, send_port);
+      use(d, receive_port);
+    };
+    const int n = static_cast<int>(op.receivers.size());
+    switch (op.kind) {
+      case OpKind::send:
+      case OpKind::broadcast:
+        if (op.sender) use(*op.sender, send_port);
+        for (int i = 0; i < n; ++i) {
+          if (i + 1 < n) use(op.receivers[i], send_port);
+          use(op.receivers[i], receive_port);
+        }
+        break;
+      case OpKind::allgather:
+        for (DeviceId r : op.receivers) use_both(r);
+        break;
+      case OpKind::copy:
+        if (op.sender) use_both(*op.sender);
+        break;
+    }
+    // What the op's devices contribute, held before it starts.
+    for (const Piece& piece : op.pieces) {
+      if (op.kind == OpKind::allgather) {
+        for (int i = 0; i < n; ++i)
+          if (const Box part = allgather_part(piece, n, i); !part.empty())
+            add_holding(op.receivers[i], piece, part, deps);
+      } else if (op.sender) {
+        add_holding(*op.sender, piece, piece.slice, deps);
+      }
+    }
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    record_receipts(op, k);
+    return deps;
+  }
+
+ private:
+  // The receipt through which `d` holds `box` of the piece's task, if that is how it holds it.
+  void add_holding(DeviceId d, const Piece& piece, const Box& box, std::vector<int>& deps) {
+    if (!known(piece)) return;
+    const auto it = received_.find({d, piece.tensor, piece.task});
+    if (it == received_.end()) return;  // no receipts: it can only hold it in its source tile
+    const auto holding = find_holding(
+        source_tile(d, piece.tensor), it->second,
+        [](const Receipt& r) -> const Box& { return r.box; }, box);
+    if (holding && *holding != kHeldInSourceTile) deps.push_back(it->second[*holding].op);
+  }
+
+  // What each receiver gets of each piece, as the validator counts receipts.
+  void record_receipts(const Op& op, int k) {
+    const int n = static_cast<int>(op.receivers.size());
+    for (const Piece& piece : op.pieces) {
+      if (!known(piece)) continue;
+      for (int i = 0; i < n; ++i) {
+        auto& receipts = received_[{op.receivers[i], piece.tensor, piece.task}];
+        if (op.kind != OpKind::allgather) {
+          receipts.push_back({piece.slice, k});
+          continue;
+        }
+        for (int j = 0; j < n; ++j)
+          if (const Box part = allgather_part(piece, n, j); j != i && !part.empty())
+            receipts.push_back({part, k});
+      }
+    }
+  }
+
+  bool known(const Piece& piece) const {
+    return piece.tensor >= 0 && piece.tensor < static_cast<int>(batch_.tensors.size());
+  }
+
+  // The source tile of `d` for tensor `tensor`, null outside the source mesh; the mesh's device
+  // positions are indexed on first use, so tensors no receipt touches cost nothing.
+  const Box* source_tile(DeviceId d, int tensor) {
+    Source& source = sources_[tensor];
+    const TensorResharding& t = batch_.tensors[tensor];
+    if (!source.indexed) {
+      source.indexed = true;
+      for (int64_t i = 0; i < t.src.mesh.size(); ++i)
+        source.position.emplace(t.src.mesh.device_at(i), i);
+    }
+    const auto pos = source.position.find(d);
+    if (pos == source.position.end()) return nullptr;
+    auto [tile, fresh] = source.tiles.try_emplace(d);
+    if (fresh) tile->second = tile_at(t.tensor, t.src, pos->second);
+    return &tile->second;
+  }
+
+  struct Source {
+    bool indexed = false;
+    std::unordered_map<DeviceId, int64_t> position;  // mesh position of each device
+    std::unordered_map<DeviceId, Box> tiles;         // tiles looked up so far
+  };
+
+  const Batch& batch_;
+  std::vector<Source> sources_;                    // per tensor
+  std::unordered_map<int64_t, int> last_on_port_;  // 2 * device + port -> op
+  std::unordered_map<TaskKey, std::vector<Receipt>, TaskKeyHash> received_;
+};
+
+}  // namespace
+
+std::vector<std::vector<int>> op_dependencies(const Batch& batch, std::span<const Op> ops) {
+  Tracker tracker(batch);
+  std::vector<std::vector<int>> deps;
+  deps.reserve(ops.size());
+  for (int k = 0; k < static_cast<int>(ops.size()); ++k)
+    deps.push_back(tracker.dependencies_of(ops[k], k));
+  return deps;
+}
+
+}  // namespace meshcast
