@@ -226,15 +226,15 @@ TEST(PlannerTest, RejectsBadOptions) {
   }
 }
 
-// Columns cut in 4 at the source and in 5 at the destination (overlaps of uneven sizes),
-// replicated within source hosts and across destination hosts, the meshes sharing hosts (found
-// in a random corpus): each further stretch of search finds a better send order, so a search
-// bounded by time would plan differently on a faster or busier machine.
+// Rows cut in 5 at the source and columns in 4 at the destination (overlaps of uneven sizes),
+// each replicated across the hosts of its mesh, the meshes sharing hosts (a variant of a random
+// corpus case): each further stretch of search finds a better send order, so a search bounded by
+// time would plan differently on a faster or busier machine.
 Resharding where_search_keeps_improving() {
   Resharding p;
   p.tensor = TensorSpec{{59, 40}, DType::float64};
-  p.src = Layout{Mesh::placed({4, 4}, 0, 5), ShardingSpec::parse("S1R")};
-  p.dst = Layout{Mesh::placed({3, 5}, 0, 5), ShardingSpec::parse("RS1")};
+  p.src = Layout{Mesh::placed({3, 5}, 0, 5), ShardingSpec::parse("S1R")};
+  p.dst = Layout{Mesh::placed({4, 4}, 0, 5), ShardingSpec::parse("RS1")};
   p.cluster = Cluster{.hosts = 4, .devices_per_host = 5};
   return p;
 }

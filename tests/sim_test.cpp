@@ -183,11 +183,48 @@ TEST(SimulatorTest, CopyPaysOneLatencyAndNoLink) {
   for (const auto& l : r.links) EXPECT_EQ(l.bytes, 0) << l.name;
 }
 
-TEST(SimulatorTest, EachDevicePlaysItsOpsInPlanOrder) {
+// Ops below move boxes at distinct offsets unless they forward what an earlier op delivered: the
+// devices of plan_on hold nothing at the start, so what a device sends it received in the plan.
+Op op_at(int64_t offset, OpKind kind, DeviceId sender, std::vector<DeviceId> receivers) {
+  Op o = op(kind, sender, std::move(receivers));
+  o.pieces[0].slice = Box{{{offset, offset + kBytes}}};
+  return o;
+}
+
+TEST(SimulatorTest, ATwoDeviceExchangeTakesOneTransferNotTwo) {
+  Plan plan = plan_on(cluster(1));
+  add(plan, op_at(0, OpKind::send, 0, {1}));
+  add(plan, op_at(kBytes, OpKind::send, 1, {0}));  // full duplex: its own ports are free
+  const SimResult r = simulate(plan);
+  EXPECT_EQ(r.ops[1].start_s, 0);
+  expect_time(r.time_s, S / kDev + kLat);
+}
+
+TEST(SimulatorTest, TwoSendsFromOneDeviceAreSerialised) {
+  Plan plan = plan_on(cluster(1));
+  add(plan, op_at(0, OpKind::send, 0, {1}));
+  add(plan, op_at(kBytes, OpKind::send, 0, {2}));      // device 0's send port: after op 0
+  add(plan, op_at(2 * kBytes, OpKind::send, 3, {1}));  // device 1's receive port: after op 0
+  const SimResult r = simulate(plan);
+  expect_time(r.ops[1].start_s, S / kDev + kLat);
+  expect_time(r.ops[2].start_s, S / kDev + kLat);
+  expect_time(r.time_s, 2 * (S / kDev + kLat));
+}
+
+TEST(SimulatorTest, ARelayForwardsOnlyAfterItsReceipt) {
+  Plan plan = plan_on(cluster(2));
+  add(plan, op_at(0, OpKind::send, 0, {4}));  // across hosts
+  add(plan, op_at(0, OpKind::send, 4, {5}));  // forwards what op 0 delivers: no port in common
+  const SimResult r = simulate(plan);
+  expect_time(r.ops[1].start_s, S / kNic + kLat);
+  expect_time(r.time_s, S / kNic + S / kDev + 2 * kLat);
+}
+
+TEST(SimulatorTest, AnOpWaitsForItsPortsAndTheReceiptsOfWhatItSends) {
   Plan plan = plan_on(cluster(3));
   add(plan, op(OpKind::send, 0, {4}));  // 0: host 0 -> host 1
   add(plan, op(OpKind::send, 8, {5}));  // 1: device 5 is free, but shares host 1's NIC in
-  add(plan, op(OpKind::send, 4, {9}));  // 2: waits for device 4 (op 0)
+  add(plan, op(OpKind::send, 4, {9}));  // 2: forwards what op 0 delivers to device 4
   add(plan, op(OpKind::send, 1, {2}));  // 3: independent, inside host 0
   const SimResult r = simulate(plan);
   EXPECT_EQ(r.ops[0].start_s, 0);

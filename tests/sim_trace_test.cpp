@@ -22,8 +22,8 @@ TEST(SimTraceTest, DeviceTracksHoldTheirOpsAndNicCountersFollowTheRates) {
                         .kind = OpKind::send,
                         .pieces = {{0, 0, Box{{{0, bytes}}}, bytes}},
                         .bytes = bytes,
-                        .sender = 1,
-                        .receivers = {0}});
+                        .sender = 0,
+                        .receivers = {1}});
   const Cluster& c = plan.batch.cluster;
   const SimResult r = simulate(plan, c, {.record_link_rates = true});
   const auto trace = chrome_trace(plan, c, r);
@@ -37,7 +37,8 @@ TEST(SimTraceTest, DeviceTracksHoldTheirOpsAndNicCountersFollowTheRates) {
     if (e["ph"] == "C" && e["pid"] == 0 && e["name"] == "nic0.out") host0_out.push_back(e);
   }
   EXPECT_EQ(thread_names, 6);
-  // The broadcast on devices 0, 2, 4; the send on devices 1 and 0, after the broadcast on 0.
+  // The broadcast on devices 0, 2, 4; the send on devices 0 and 1, after the broadcast (device
+  // 0's send port).
   ASSERT_EQ(slices.size(), 5u);
   for (const auto& s : slices) {
     const int op = s["args"]["op"];

@@ -156,6 +156,12 @@ class OrderPlanner {
     std::vector<Placed> placed;
     Decoded out;
     out.split = genome.split;
+    // Copies first: each holds both ports of its device for about one latency, from data in the
+    // device's source tile, so it delays nothing at the start, while placed between two transfers
+    // it would join them into one chain of waits.
+    for (int j : genome.order)
+      for (const Op& op : jobs_[j].then)
+        if (op.kind == OpKind::copy) record(schedule.insert(model_.cost_of(op), 0), op, placed);
     for (int j : genome.order) {
       const Job& job = jobs_[j];
       bool did_split = false;
@@ -165,8 +171,7 @@ class OrderPlanner {
       if (genome.split[j] == SplitChoice::automatic)
         out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
       for (const Op& op : job.then)
-        record(schedule.insert(model_.cost_of(op), op.kind == OpKind::allgather ? done : 0), op,
-               placed);
+        if (op.kind != OpKind::copy) record(schedule.insert(model_.cost_of(op), done), op, placed);
     }
     // Ops in start order (ties: placing order); sorting keys rather than ops moves no op twice.
     std::vector<std::pair<double, int>> keys;
@@ -200,24 +205,59 @@ class OrderPlanner {
     placed.push_back({slot.start, static_cast<int>(placed.size()), op});
   }
 
+  // The ops that deliver one transfer (or one part of it) from one sender, placed in order.
   struct Candidate {
-    Op op;
-    CostModel::Cost cost;
-    Slot slot;  // where it would go now
+    std::vector<Op> ops;
+    std::vector<CostModel::Cost> costs;
+    std::vector<Slot> slots;  // where each goes, after the ones before it
+    double finish = 0;        // when the last of them ends
   };
 
-  // The op from the holder (not on `used` hosts) that finishes soonest, among the kProbed holders
-  // whose device and NIC are idle for good the soonest (all of them on small problems; a slice
-  // replicated on thousands of hosts is not chained thousands of times). Adds to `work` a unit
-  // per holder ranked, two per holder probed (building its op) and one per device of its op.
+  // Where `ops` would go, one after the other, in `schedule` as it is (which is left so).
+  Candidate probe(std::vector<Op> ops, Schedule& schedule) const {
+    Candidate c;
+    c.ops = std::move(ops);
+    for (const Op& op : c.ops) {
+      c.costs.push_back(model_.cost_of(op));
+      c.slots.push_back(schedule.insert(c.costs.back(), 0));
+      c.finish = std::max(c.finish, c.slots.back().finish);
+    }
+    remove(c, schedule);
+    return c;
+  }
+
+  static void insert(Candidate& c, Schedule& schedule) {
+    c.finish = 0;
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+      c.slots[i] = schedule.insert(c.costs[i], 0);
+      c.finish = std::max(c.finish, c.slots[i].finish);
+    }
+  }
+
+  static void remove(const Candidate& c, Schedule& schedule) {
+    for (size_t i = c.ops.size(); i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
+  }
+
+  static void record(const Candidate& c, std::vector<Placed>& placed) {
+    for (size_t i = 0; i < c.ops.size(); ++i) record(c.slots[i], c.ops[i], placed);
+  }
+
+  // The ops from the holder (not on `used` hosts) that finish soonest, among the kProbed holders
+  // whose send port and NIC are idle for good the soonest (all of them on small problems; a slice
+  // replicated on thousands of hosts is not chained thousands of times). Each holder is probed
+  // with one chain to every receiver and, when some receivers share its host and some do not, with
+  // a chain to the others followed by one to those on its host: a chain moves at its slowest
+  // (NIC) hop's rate, holding the receive port of every device on it that long, while the device
+  // link delivers to a device of the sender's host in a tenth of that. Adds to `work` a unit per
+  // holder ranked, two per op probed (building it) and one per device of each op.
   Candidate soonest(const Transfer& t, const Box& slice, const Job& job,
-                    const std::vector<int>& used, const Schedule& schedule, int64_t& work) const {
+                    const std::vector<int>& used, Schedule& schedule, int64_t& work) const {
     constexpr size_t kProbed = 8;
     std::vector<std::pair<double, int>> ranked;  // (idle from, index into candidates)
     for (int i = 0; i < static_cast<int>(t.candidates.size()); ++i) {
       const DeviceId d = t.candidates[i];
       if (std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) != used.end()) continue;
-      ranked.emplace_back(std::max(schedule.idle_from(model_.device(d)),
+      ranked.emplace_back(std::max(schedule.idle_from(model_.port(d, /*in=*/false)),
                                    schedule.idle_from(model_.nic(d, /*in=*/false))),
                           i);
     }
@@ -228,15 +268,26 @@ class OrderPlanner {
       std::sort(ranked.begin(), ranked.end(),
                 [](const auto& a, const auto& b) { return a.second < b.second; });
     }
+    const auto entry_key = [&](DeviceId r) { return schedule.idle_from(model_.nic(r, true)); };
+    const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
+      Transfer part = t;
+      part.receivers = std::move(receivers);
+      work += 2 + static_cast<int64_t>(part.receivers.size());
+      return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, entry_key);
+    };
     std::optional<Candidate> best;
+    const auto consider = [&](std::vector<Op> ops) {
+      Candidate c = probe(std::move(ops), schedule);
+      if (!best || c.finish < best->finish) best = std::move(c);
+    };
     for (const auto& [idle, i] : ranked) {
-      Op op = transfer_op(t, slice, job, t.candidates[i], batch_, options_.chunk_bytes,
-                          [&](DeviceId r) { return schedule.idle_from(model_.nic(r, true)); });
-      auto cost = model_.cost_of(op);
-      const Slot slot = schedule.probe(cost, 0);
-      work += 2 + static_cast<int64_t>(op.receivers.size());
-      if (!best || slot.finish < best->slot.finish)
-        best = Candidate{std::move(op), std::move(cost), slot};
+      const DeviceId sender = t.candidates[i];
+      consider({op_to(t.receivers, sender)});
+      std::vector<DeviceId> home, away;
+      for (DeviceId r : t.receivers)
+        (batch_.cluster.host_of(r) == batch_.cluster.host_of(sender) ? home : away).push_back(r);
+      if (!home.empty() && !away.empty())
+        consider({op_to(std::move(away), sender), op_to(std::move(home), sender)});
     }
     return std::move(*best);
   }
@@ -255,21 +306,21 @@ class OrderPlanner {
       double finish = 0;
       for (int i = 0; i < parts; ++i) {
         Candidate piece = soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, work);
-        used.push_back(batch_.cluster.host_of(*piece.op.sender));
-        piece.slot = schedule.insert(piece.cost, 0);
-        finish = std::max(finish, piece.slot.finish);
+        used.push_back(batch_.cluster.host_of(*piece.ops[0].sender));
+        insert(piece, schedule);
+        finish = std::max(finish, piece.finish);
         pieces.push_back(std::move(piece));
       }
-      if (choice == SplitChoice::yes || finish < whole.slot.finish) {
-        for (const Candidate& piece : pieces) record(piece.slot, piece.op, placed);
+      if (choice == SplitChoice::yes || finish < whole.finish) {
+        for (const Candidate& piece : pieces) record(piece, placed);
         done = std::max(done, finish);
         return true;
       }
-      for (const Candidate& piece : pieces) schedule.remove(piece.cost, piece.slot);
+      for (size_t i = pieces.size(); i-- > 0;) remove(pieces[i], schedule);
     }
-    const Slot slot = schedule.insert(whole.cost, 0);
-    record(slot, whole.op, placed);
-    done = std::max(done, slot.finish);
+    insert(whole, schedule);
+    record(whole, placed);
+    done = std::max(done, whole.finish);
     return false;
   }
 

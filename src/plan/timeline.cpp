@@ -51,25 +51,34 @@ CostModel::CostModel(const Batch& batch, const std::vector<DeviceId>& devices)
       nic_directions_(nic_keys(batch.cluster, devices)) {}
 
 int CostModel::nic(DeviceId d, bool in) const {
-  return devices_.size() + nic_directions_.index_of(nic_key(batch_->cluster, d, in));
+  return 2 * devices_.size() + nic_directions_.index_of(nic_key(batch_->cluster, d, in));
 }
 
 CostModel::Cost CostModel::cost_of(const Op& op) const {
   const Cluster& cluster = batch_->cluster;
   Cost cost;
   cost.duration = timer_.time_of(op);
-  if (op.sender) cost.resources.push_back(device(*op.sender));
+  const auto both_ports = [&](DeviceId d) {
+    cost.resources.push_back(port(d, false));
+    cost.resources.push_back(port(d, true));
+  };
   if (op.kind == OpKind::send || op.kind == OpKind::broadcast) {
+    cost.resources.push_back(port(*op.sender, false));
     DeviceId prev = *op.sender;
     for (DeviceId r : op.receivers) {
       if (cluster.host_of(prev) != cluster.host_of(r)) {
         cost.resources.push_back(nic(prev, false));
         cost.resources.push_back(nic(r, true));
       }
+      cost.resources.push_back(port(r, true));
+      if (r != op.receivers.back()) cost.resources.push_back(port(r, false));  // a relay
       prev = r;
     }
+  } else if (op.kind == OpKind::copy) {
+    both_ports(*op.sender);
+  } else {
+    for (DeviceId r : op.receivers) both_ports(r);
   }
-  for (DeviceId r : op.receivers) cost.resources.push_back(device(r));
   // A chain that revisits a host (possible in a loaded plan) still holds its NIC only once.
   std::sort(cost.resources.begin(), cost.resources.end());
   cost.resources.erase(std::unique(cost.resources.begin(), cost.resources.end()),

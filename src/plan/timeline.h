@@ -1,6 +1,7 @@
 // Internal to the planner: the analytic cost model balance=order builds its greedy schedules on
-// (devices and host NIC directions are serial resources). Plans are judged by the simulator's time
-// (estimate()), not by this model.
+// (each device's send and receive ports and each host NIC direction are serial resources, as the
+// full-duplex execution rule has it). Plans are judged by the simulator's time (estimate()), not by
+// this model.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +20,10 @@ double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
 // at least 64 KiB (or the whole message when smaller).
 int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size);
 
-// How long an op takes and which serial resources (devices, NIC directions) it holds meanwhile.
-// Durations are the simulator's for the op alone (OpTimer). Resources are numbered densely over
-// the devices given and their NICs, so tables follow the problem, not the cluster.
+// How long an op takes and which serial resources (device ports, NIC directions) it holds
+// meanwhile: the ports op_dependencies orders ops by, plus the NICs its hops cross. Durations are
+// the simulator's for the op alone (OpTimer). Resources are numbered densely over the devices
+// given and their NICs, so tables follow the problem, not the cluster.
 class CostModel {
  public:
   // `devices`: every device the ops to be costed name (any order, repeats allowed).
@@ -31,9 +33,10 @@ class CostModel {
     std::vector<int> resources;
   };
   Cost cost_of(const Op& op) const;
-  int resources() const { return devices_.size() + nic_directions_.size(); }
-  // The resource of device `d`, and of the NIC direction it sends (or receives) through.
-  int device(DeviceId d) const { return devices_.index_of(d); }
+  int resources() const { return 2 * devices_.size() + nic_directions_.size(); }
+  // The resource of device `d`'s send (or receive) port, and of the NIC direction it sends (or
+  // receives) through.
+  int port(DeviceId d, bool in) const { return 2 * devices_.index_of(d) + (in ? 1 : 0); }
   int nic(DeviceId d, bool in) const;
 
  private:

@@ -9,6 +9,7 @@
 
 #include "meshcast/dense_index.h"
 #include "meshcast/error.h"
+#include "meshcast/plan/dependencies.h"
 #include "network.h"
 
 namespace meshcast {
@@ -27,10 +28,9 @@ struct Usage {
 
 // Everything about one op that does not change while it runs.
 struct OpModel {
-  std::vector<DeviceId> participants;  // distinct devices, each plays the op in its own order
-  std::vector<Usage> usages;           // empty: the op moves nothing over links
-  double latency_s = 0;   // paid before data moves: per hop or ring step, and a chain's fill
-  double work_bytes = 0;  // bytes the flow moves at its (shared) rate
+  std::vector<Usage> usages;  // empty: the op moves nothing over links
+  double latency_s = 0;       // paid before data moves: per hop or ring step, and a chain's fill
+  double work_bytes = 0;      // bytes the flow moves at its (shared) rate
 };
 
 void check_device(const Op& op, DeviceId d, const Cluster& cluster) {
@@ -81,11 +81,6 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
   OpModel m;
   if (op.sender) check_device(op, *op.sender, cluster);
   for (DeviceId r : op.receivers) check_device(op, r, cluster);
-  if (op.sender) m.participants.push_back(*op.sender);
-  m.participants.insert(m.participants.end(), op.receivers.begin(), op.receivers.end());
-  std::sort(m.participants.begin(), m.participants.end());
-  m.participants.erase(std::unique(m.participants.begin(), m.participants.end()),
-                       m.participants.end());
 
   struct Hop {
     DeviceId from, to;
@@ -164,7 +159,8 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
   return m;
 }
 
-// The event-driven player: ops start when their participants are free, flows share links
+// The event-driven player: ops start when the ops they depend on have ended (op_dependencies:
+// full-duplex devices), flows share links
 // max-min fairly, and rates are recomputed only for the flows connected (through shared links)
 // to a flow that started or ended.
 class Engine {
@@ -188,25 +184,22 @@ class Engine {
     state_.resize(n);
     flow_mark_.assign(n, 0);
     frozen_.assign(n, 0);
-    // Tables are indexed by the devices and links the ops use, not by all of the cluster's.
+    // Each op waits for its dependencies to end; dependents_ lists, per op, the ops waiting on it.
+    const auto deps = op_dependencies(batch, ops);
+    dependents_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      state_[i].waiting_for = static_cast<int>(deps[i].size());
+      for (int d : deps[i]) dependents_[d].push_back(static_cast<int>(i));
+      steps_ += static_cast<int64_t>(deps[i].size());
+    }
+    // Tables are indexed by the links the ops use, not by all of the cluster's.
     std::vector<int64_t> ids;
-    for (const OpModel& m : models_)
-      ids.insert(ids.end(), m.participants.begin(), m.participants.end());
-    devices_ = DenseIndex(std::move(ids));
-    ids.clear();
     for (const OpModel& m : models_)
       for (const Usage& u : m.usages) ids.push_back(u.link);
     links_ = DenseIndex(std::move(ids));
-    queues_.resize(devices_.size());
-    for (size_t i = 0; i < n; ++i) {
-      for (DeviceId& d : models_[i].participants) {
-        d = devices_.index_of(d);
-        queues_[d].push_back(static_cast<int>(i));
-      }
-      // The map is increasing, so usages stay sorted by link.
-      for (Usage& u : models_[i].usages) u.link = links_.index_of(u.link);
-    }
-    head_.assign(devices_.size(), 0);
+    // The map is increasing, so usages stay sorted by link.
+    for (OpModel& m : models_)
+      for (Usage& u : m.usages) u.link = links_.index_of(u.link);
     const int links = links_.size();
     link_flows_.resize(links);
     busy_since_.assign(links, 0);
@@ -222,8 +215,8 @@ class Engine {
   }
 
   SimResult run() {
-    for (size_t d = 0; d < queues_.size(); ++d)
-      if (!queues_[d].empty()) arrive(queues_[d][0]);
+    for (int i = 0; i < static_cast<int>(ops_.size()); ++i)
+      if (state_[i].waiting_for == 0) start(i);
     drain();
     recompute();
     while (!events_.empty()) {
@@ -271,7 +264,7 @@ class Engine {
 
  private:
   struct OpState {
-    int arrived = 0;  // participants for which this op is the next one
+    int waiting_for = 0;  // dependencies that have not ended yet
     bool active = false;
     bool finished = false;
     double start_s = 0, end_s = 0;
@@ -287,9 +280,8 @@ class Engine {
     bool operator>(const Event& o) const { return time > o.time; }
   };
 
-  // One more participant is ready for op i; it starts when all are.
-  void arrive(int i) {
-    if (++state_[i].arrived < static_cast<int>(models_[i].participants.size())) return;
+  // Op i's dependencies have all ended.
+  void start(int i) {
     OpState& s = state_[i];
     s.start_s = now_;
     if (models_[i].latency_s > 0)
@@ -350,10 +342,8 @@ class Engine {
       OpState& s = state_[i];
       s.finished = true;
       s.end_s = now_;
-      for (DeviceId d : models_[i].participants) {
-        const auto& queue = queues_[d];
-        if (++head_[d] < queue.size()) arrive(queue[head_[d]]);
-      }
+      for (int j : dependents_[i])
+        if (--state_[j].waiting_for == 0) start(j);
     }
   }
 
@@ -460,11 +450,9 @@ class Engine {
   int64_t steps_ = 0;
   std::vector<OpModel> models_;
   std::vector<OpState> state_;
-  DenseIndex devices_;                    // the devices the ops use
-  DenseIndex links_;                      // the links the ops use
-  std::vector<double> capacity_;          // per link
-  std::vector<std::vector<int>> queues_;  // per device, its ops in plan order
-  std::vector<size_t> head_;              // per device, index of its current op in queues_
+  std::vector<std::vector<int>> dependents_;  // per op, the ops that wait for it
+  DenseIndex links_;                          // the links the ops use
+  std::vector<double> capacity_;              // per link
   std::vector<std::vector<int>> link_flows_;
   std::vector<double> busy_since_;
   std::vector<LinkStats> stats_;

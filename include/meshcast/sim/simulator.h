@@ -52,8 +52,8 @@ struct SimResult {
 };
 
 // Plays `plan` on plan.batch.cluster, or on `cluster` (whose devices must include every device
-// the plan names). Execution semantics of docs/concepts.md: each device takes part in its ops in
-// plan order and an op starts when all its participants have finished their earlier ops. Throws
+// the plan names). Execution semantics of docs/concepts.md: an op starts when every op it depends
+// on has ended (op_dependencies in meshcast/plan/dependencies.h: full-duplex devices). Throws
 // InvalidArgument naming the op when an op is malformed or names a device outside the cluster.
 SimResult simulate(const Plan& plan);
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& options = {});
