@@ -182,6 +182,44 @@ inline Plan row_by_row_relay_plan() {
 }
 inline constexpr int64_t kRowBytes = 9 * 8;
 
+// Two devices swap halves of a 4x9 float64 tensor: device 0 holds rows [0, 2) and device 1 rows
+// [2, 4), the destination has them the other way round, on a cluster of `devices` devices,
+// `per_host` to a host (1: the two are on different hosts; 2: on one host). Its only two ops are
+// one send each way: they use different ports of each device, so both start at once
+// (docs/concepts.md, execution).
+inline Plan exchange_plan(int devices, int per_host) {
+  Resharding p;
+  p.tensor = {{4, 9}, DType::float64};
+  p.cluster.hosts = devices / per_host;
+  p.cluster.devices_per_host = per_host;
+  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0R")};
+  p.dst = Layout{Mesh({2}, {1, 0}), ShardingSpec::parse("S0R")};
+  p.validate();
+  return plan_of(p, {hand_op(0, OpKind::send, Box{{{0, 2}, {0, 9}}}, 0, {1}),
+                     hand_op(1, OpKind::send, Box{{{2, 4}, {0, 9}}}, 1, {0})});
+}
+
+// All-to-all layouts: Shard(0) -> Shard(1) on the same mesh of all `devices` devices, every
+// device sending to and receiving from every other, on one host, on hosts of 2 and on hosts of
+// 1 device, each planned with every strategy.
+inline std::vector<Plan> all_to_all_plans_on(int devices) {
+  std::vector<DeviceId> all(devices);
+  for (int d = 0; d < devices; ++d) all[d] = d;
+  std::vector<Plan> plans;
+  for (int per_host : {devices, 2, 1}) {
+    if (devices % per_host != 0 || (per_host == 2 && devices == 2)) continue;
+    Resharding p;
+    p.tensor = {{3 * devices + 1, 5 * devices}, DType::float32};  // uneven rows
+    p.cluster.hosts = devices / per_host;
+    p.cluster.devices_per_host = per_host;
+    p.src = Layout{Mesh({devices}, all), ShardingSpec::parse("S0R")};
+    p.dst = Layout{Mesh({devices}, all), ShardingSpec::parse("RS0")};
+    p.validate();
+    for (const PlanOptions& o : every_strategy()) plans.push_back(make_plan(p, o));
+  }
+  return plans;
+}
+
 // Plans no strategy makes but a valid plan may: relays outside the destination mesh that keep
 // what they forward in staging buffers, receivers whose tile holds only part of a box, strided
 // allgather parts and tiny chunks.

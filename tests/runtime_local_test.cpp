@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/dependencies.h"
 #include "meshcast/runtime/placement.h"
 #include "meshcast/tasks/paper_cases.h"
 #include "runtime_allocations.h"
@@ -78,6 +80,55 @@ TEST(LocalExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
     for (const auto& [name, plan] : testing::hand_written_plans())
       EXPECT_EQ(testing::play_and_count_errors(*executor, plan), 0) << name << ", " << threads;
   }
+}
+
+TEST(LocalExecutorTest, ExchangesAndAllToAllsDeliverEveryElement) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  for (int devices : {2, 3, 4, 6, 8}) {
+    for (const Plan& plan : testing::all_to_all_plans_on(devices))
+      ASSERT_EQ(testing::play_and_count_errors(*executor, plan), 0)
+          << devices << " devices, " << plan.batch.cluster.devices_per_host << " per host, "
+          << to_string(plan.strategy);
+    for (int per_host : {1, 2})
+      ASSERT_EQ(
+          testing::play_and_count_errors(*executor, testing::exchange_plan(devices, per_host)), 0)
+          << devices << " devices, " << per_host << " per host";
+  }
+}
+
+// Each device of an exchange sends to its peer while it receives from it: the two sends are in
+// flight together (one after the other, as when a device played one op at a time, would give 1).
+TEST(LocalExecutorTest, ADeviceSendsAndReceivesAtOnce) {
+  auto executor = make_local_executor({.threads = 2});
+  for (int per_host : {1, 2}) {
+    const Plan plan = testing::exchange_plan(2, per_host);
+    const auto compiled = executor->compile(plan);
+    auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
+    prepare_tiles(plan.batch, buffers);
+    EXPECT_EQ(compiled->run(buffer_views(buffers)).peak_ops_in_flight, 2) << per_host;
+    EXPECT_EQ(count_destination_errors(plan.batch, buffers), 0) << per_host;
+  }
+}
+
+// A relay's staging buffer is reused for the next row only once the previous row has been
+// forwarded: by the plan's rule alone, the relay would receive row 1 (op 2) while it still sends
+// row 0 (op 1) from the same memory.
+TEST(LocalExecutorTest, ReusedStagingMemoryWaitsForTheLastReaderOfItsPreviousBox) {
+  const Plan plan = testing::row_by_row_relay_plan();
+  const Placement placement = place_plan(plan);
+  ASSERT_EQ(placement.staging_bytes[1], testing::kRowBytes);
+  const auto rule = op_dependencies(plan.batch, plan.ops);
+  const auto executed = execution_dependencies(plan, placement);
+  EXPECT_EQ(rule[2], std::vector<int>{0});
+  EXPECT_EQ(placement.reuse_waits[2], (std::vector<int>{0, 1}));
+  EXPECT_EQ(executed[2], (std::vector<int>{0, 1}));
+  for (int k = 0; k < static_cast<int>(plan.ops.size()); ++k)
+    EXPECT_TRUE(
+        std::includes(executed[k].begin(), executed[k].end(), rule[k].begin(), rule[k].end()))
+        << "op " << k;
+  auto executor = make_local_executor({.threads = 4, .max_staging_bytes = testing::kRowBytes});
+  for (int run = 0; run < 20; ++run)
+    ASSERT_EQ(testing::play_and_count_errors(*executor, plan), 0) << "run " << run;
 }
 
 TEST(LocalExecutorTest, AnIncompletePlanLeavesPoisonThatTheCheckFinds) {

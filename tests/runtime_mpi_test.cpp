@@ -111,6 +111,37 @@ TEST(MpiExecutorTest, HandWrittenPlansWithRelaysStagingAndAllgathers) {
   }
 }
 
+TEST(MpiExecutorTest, ExchangesAndAllToAllsDeliverEveryElement) {
+  auto bcast = make_mpi_executor({.broadcast = MpiBroadcast::mpi_bcast});
+  for (Executor* executor : {world, bcast.get()}) {
+    for (const Plan& plan : testing::all_to_all_plans_on(ranks))
+      ASSERT_EQ(testing::play_and_count_errors(*executor, plan), 0)
+          << plan.batch.cluster.devices_per_host << " per host, " << to_string(plan.strategy);
+    for (int per_host : {1, 2})
+      if (ranks % per_host == 0) {
+        ASSERT_EQ(
+            testing::play_and_count_errors(*executor, testing::exchange_plan(ranks, per_host)), 0)
+            << per_host << " per host";
+      }
+  }
+}
+
+// Ranks 0 and 1 of an exchange each send to the other while receiving from it: both sends are in
+// flight at once on each of them (playing one op at a time would give 1).
+TEST(MpiExecutorTest, ARankSendsAndReceivesAtOnce) {
+  for (int per_host : {1, 2}) {
+    if (ranks % per_host != 0) continue;
+    const Plan plan = testing::exchange_plan(ranks, per_host);
+    const auto compiled = world->compile(plan);
+    auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
+    prepare_tiles(plan.batch, buffers);
+    const int peak = compiled->run(buffer_views(buffers)).peak_ops_in_flight;
+    EXPECT_EQ(world->sum_over_processes(count_destination_errors(plan.batch, buffers)), 0);
+    EXPECT_EQ(world->sum_over_processes(peak), 4) << per_host << " per host";
+    EXPECT_EQ(world->sum_over_processes(world->is_leader() ? peak : 0), 2);
+  }
+}
+
 TEST(MpiExecutorTest, ARankCountThatDiffersFromTheClusterIsAnErrorOnEveryRank) {
   Plan plan = testing::hand_written_plans()[0].plan;
   plan.batch.cluster.hosts = ranks;  // 2 devices per host: twice the ranks

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <unordered_map>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/dependencies.h"
 #include "meshcast/plan/holdings.h"
 
 namespace meshcast {
@@ -96,18 +99,24 @@ class Holdings {
 
 // Gives each staging buffer of one device (in the order they are filled) the lowest offset where
 // it overlaps no buffer still in use when it is filled, and returns the memory they need in all.
-// Offsets are multiples of 64 bytes.
-int64_t assign_staging_offsets(const Batch& batch, const std::vector<int>& first_use,
-                               const std::vector<int>& last_use, std::vector<StagedBox>& boxes) {
+// Offsets are multiples of 64 bytes. `users[i]`: the ops that fill or read buffer i, in plan
+// order; the op that fills a buffer is made to wait (`reuse_waits`) for every user of each buffer
+// that last held a byte of its memory. Waiting for the last holder suffices: that holder's fill
+// waited for the one before it, and its readers wait for its fill.
+int64_t assign_staging_offsets(const Batch& batch, const std::vector<std::vector<int>>& users,
+                               std::vector<StagedBox>& boxes,
+                               std::vector<std::vector<int>>& reuse_waits) {
   constexpr int64_t kAlign = 64;
   struct Live {
     int64_t begin, end;
     int last_use;
   };
   std::vector<Live> live;  // sorted by begin
+  // Memory ever used: begin -> (end, buffer that last held it); segments do not overlap.
+  std::map<int64_t, std::pair<int64_t, int>> last_holder;
   int64_t peak = 0;
   for (size_t i = 0; i < boxes.size(); ++i) {
-    const int now = first_use[i];
+    const int now = users[i].front();
     std::erase_if(live, [&](const Live& l) { return l.last_use < now; });
     const int64_t bytes =
         boxes[i].box.volume() * dtype_size(batch.tensors[boxes[i].tensor].tensor.dtype);
@@ -118,8 +127,24 @@ int64_t assign_staging_offsets(const Batch& batch, const std::vector<int>& first
     boxes[i].offset = offset;
     live.insert(std::upper_bound(live.begin(), live.end(), offset,
                                  [](int64_t o, const Live& l) { return o < l.begin; }),
-                {offset, offset + bytes, last_use[i]});
+                {offset, offset + bytes, users[i].back()});
     peak = std::max(peak, offset + bytes);
+    if (bytes == 0) continue;
+    // The segments [offset, offset + bytes) overlaps: their holders' users go before `now`.
+    const int64_t end = offset + bytes;
+    auto seg = last_holder.upper_bound(offset);
+    if (seg != last_holder.begin() && std::prev(seg)->second.first > offset) --seg;
+    std::vector<std::pair<int64_t, std::pair<int64_t, int>>> kept;  // pieces outside the box
+    while (seg != last_holder.end() && seg->first < end) {
+      const auto [begin, held] = *seg;
+      const auto& waited = users[held.second];
+      reuse_waits[now].insert(reuse_waits[now].end(), waited.begin(), waited.end());
+      if (begin < offset) kept.push_back({begin, {offset, held.second}});
+      if (held.first > end) kept.push_back({end, held});
+      seg = last_holder.erase(seg);
+    }
+    for (const auto& piece : kept) last_holder.insert(piece);
+    last_holder[offset] = {end, static_cast<int>(i)};
   }
   return peak;
 }
@@ -144,10 +169,12 @@ Placement place_plan(const Plan& plan) {
   out.ops_of.resize(devices);
   out.ops.reserve(plan.ops.size());
   Holdings holdings(out.tiles);
-  // Per device, per staging buffer: the last op that reads or fills it.
-  std::vector<std::vector<int>> first_use(devices), last_use(devices);
+  // Per device, per staging buffer: the ops that fill or read it, in plan order.
+  std::vector<std::vector<std::vector<int>>> users(devices);
   const auto use = [&](const Place& place, int k) {
-    if (place.kind == BufferKind::staging) last_use[place.device][place.staging] = k;
+    if (place.kind != BufferKind::staging) return;
+    auto& ops = users[place.device][place.staging];
+    if (ops.back() != k) ops.push_back(k);
   };
   for (int k = 0; k < static_cast<int>(plan.ops.size()); ++k) {
     const Op& op = plan.ops[k];
@@ -187,8 +214,7 @@ Placement place_plan(const Plan& plan) {
           at.spills.push_back(std::nullopt);
         } else {
           out.staging[r].push_back({t, piece.slice});
-          first_use[r].push_back(k);
-          last_use[r].push_back(k);
+          users[r].push_back({k});
           at.targets.push_back({r, BufferKind::staging, static_cast<int>(out.staging[r].size()) - 1,
                                 piece.slice, t});
           const Box spill = intersect(piece.slice, tile);
@@ -200,9 +226,27 @@ Placement place_plan(const Plan& plan) {
     out.ops.push_back(std::move(placed));
   }
   out.staging_bytes.resize(devices);
+  out.reuse_waits.resize(plan.ops.size());
   for (int d = 0; d < devices; ++d)
-    out.staging_bytes[d] = assign_staging_offsets(batch, first_use[d], last_use[d], out.staging[d]);
+    out.staging_bytes[d] = assign_staging_offsets(batch, users[d], out.staging[d], out.reuse_waits);
+  for (auto& waits : out.reuse_waits) {
+    std::sort(waits.begin(), waits.end());
+    waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
+  }
   return out;
+}
+
+std::vector<std::vector<int>> execution_dependencies(const Plan& plan, const Placement& placement) {
+  auto deps = op_dependencies(plan.batch, plan.ops);
+  for (size_t k = 0; k < deps.size(); ++k) {
+    const auto& extra = placement.reuse_waits[k];
+    if (extra.empty()) continue;
+    std::vector<int> merged;
+    std::set_union(deps[k].begin(), deps[k].end(), extra.begin(), extra.end(),
+                   std::back_inserter(merged));
+    deps[k] = std::move(merged);
+  }
+  return deps;
 }
 
 void check_staging_limit(int64_t needed, int64_t limit, std::string_view where) {

@@ -26,6 +26,10 @@ struct DeviceBuffers {
 
 struct RunTiming {
   double seconds = 0;  // from start() until this process's devices finished all their ops
+  // The most ops of this process in flight at once: released (every op they wait for is done)
+  // and not yet finished. Above 1 when ops overlap, e.g. a device sending to one peer while
+  // receiving from another (docs/concepts.md, execution).
+  int peak_ops_in_flight = 0;
 };
 
 // A Plan compiled once for one executor: groups, chunking, staging and pack buffers, MPI

@@ -52,16 +52,25 @@ struct Placement {
   std::vector<std::vector<DeviceTiles>> tiles;  // per tensor, per device of the cluster
   std::vector<std::vector<StagedBox>> staging;  // per device: the boxes of its staging buffers
   // Per device: bytes of its staging memory. A staging buffer lives from the op that fills it to
-  // the last op that reads it; buffers whose lives do not overlap share memory, so a relay that
-  // forwards a model piece by piece holds one piece at a time, not the model. (Each device plays
-  // its ops in plan order in every executor, so a later op never overlaps an earlier one there.)
+  // the last op that reads it; buffers whose lives do not overlap in plan order share memory, so
+  // a relay that forwards a model piece by piece holds one piece at a time, not the model.
   std::vector<int64_t> staging_bytes;
+  // Per op: earlier ops it must wait for besides the plan's rule (op_dependencies), because it
+  // fills staging memory that an earlier buffer used: every op that filled or read the buffer
+  // last held there. Devices overlap ops (docs/concepts.md), so an earlier life in plan order is
+  // not over in time until its last reader has finished. Sorted, distinct, all < the op.
+  std::vector<std::vector<int>> reuse_waits;
   std::vector<std::vector<int>> ops_of;  // per device: indices of its ops, in plan order
 };
 
 // Devices that take part in an op: the sender (if any) first, then the receivers (a copy's
 // device once).
 std::vector<DeviceId> participants(const Op& op);
+
+// The ops each op of `plan` waits for when executed: the plan's rule (op_dependencies, docs/
+// concepts.md) and the staging-memory reuse of `placement` (Placement::reuse_waits). Sorted,
+// distinct, all < the op, so every executor that honours them runs any plan without deadlock.
+std::vector<std::vector<int>> execution_dependencies(const Plan& plan, const Placement& placement);
 
 // Follows the plan in order, tracking what each device holds. Throws InvalidArgument naming the
 // op when a device is outside the cluster, an op has the wrong participants for its kind, or a

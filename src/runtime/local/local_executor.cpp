@@ -117,7 +117,7 @@ class LocalPlan final : public CompiledPlan {
     devices_here_ = tiles_.devices();
     allocate_staging(placement, options);
     build_steps(plan, placement, options);
-    build_dependencies(plan, placement);
+    build_dependencies(execution_dependencies(plan, placement));
     pool_.reserve(static_cast<int64_t>(steps_.size()));
   }
   ~LocalPlan() override {
@@ -139,6 +139,9 @@ class LocalPlan final : public CompiledPlan {
       steps_left_[k].store(op_steps_[k + 1] - op_steps_[k], std::memory_order_relaxed);
     }
     ops_left_.store(static_cast<int>(initial_deps_.size()));
+    in_flight_.store(0, std::memory_order_relaxed);
+    peak_in_flight_.store(0, std::memory_order_relaxed);
+    count_in_flight(static_cast<int>(roots_.size()));
     started_ = Clock::now();
     if (initial_deps_.empty()) finish();
     for (int k : roots_) make_ready(k);
@@ -148,7 +151,8 @@ class LocalPlan final : public CompiledPlan {
     if (!running_) throw InvalidArgument("wait() without a run in flight: start() first");
     done_.wait(false);
     running_ = false;
-    return {std::chrono::duration<double>(finished_ - started_).count()};
+    return {std::chrono::duration<double>(finished_ - started_).count(),
+            peak_in_flight_.load(std::memory_order_relaxed)};
   }
 
   void run_step(int s) {
@@ -245,24 +249,16 @@ class LocalPlan final : public CompiledPlan {
     }
   }
 
-  // Op k waits for the previous op of each of its participants (the plan order of
-  // docs/concepts.md).
-  void build_dependencies(const Plan& plan, const Placement& placement) {
-    const int ops = static_cast<int>(plan.ops.size());
+  // Op k is released when every op it waits for (execution_dependencies: the plan's rule of
+  // docs/concepts.md and staging-memory reuse) is complete.
+  void build_dependencies(const std::vector<std::vector<int>>& deps) {
+    const int ops = static_cast<int>(deps.size());
     initial_deps_.assign(ops, 0);
     std::vector<std::vector<int>> successors(ops);
-    std::vector<int> previous(placement.ops_of.size(), -1);  // per device
     for (int k = 0; k < ops; ++k) {
-      std::vector<int> before;
-      for (DeviceId d : participants(plan.ops[k])) {
-        if (previous[d] >= 0) before.push_back(previous[d]);
-        previous[d] = k;
-      }
-      std::sort(before.begin(), before.end());
-      before.erase(std::unique(before.begin(), before.end()), before.end());
-      for (int b : before) successors[b].push_back(k);
-      initial_deps_[k] = static_cast<int>(before.size());
-      if (before.empty()) roots_.push_back(k);
+      for (int b : deps[k]) successors[b].push_back(k);
+      initial_deps_[k] = static_cast<int>(deps[k].size());
+      if (deps[k].empty()) roots_.push_back(k);
     }
     successor_begin_.push_back(0);
     for (const auto& s : successors) {
@@ -273,6 +269,14 @@ class LocalPlan final : public CompiledPlan {
     steps_left_ = std::make_unique<std::atomic<int>[]>(ops);
   }
 
+  // An op is in flight from its release until its last copy is done.
+  void count_in_flight(int delta) {
+    const int now = in_flight_.fetch_add(delta, std::memory_order_relaxed) + delta;
+    int peak = peak_in_flight_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_in_flight_.compare_exchange_weak(peak, now)) {
+    }
+  }
+
   void make_ready(int k) {
     if (op_steps_[k] == op_steps_[k + 1])
       complete(k);
@@ -281,9 +285,12 @@ class LocalPlan final : public CompiledPlan {
   }
 
   void complete(int k) {
+    count_in_flight(-1);
     for (int i = successor_begin_[k]; i < successor_begin_[k + 1]; ++i)
-      if (deps_[successors_[i]].fetch_sub(1, std::memory_order_acq_rel) == 1)
+      if (deps_[successors_[i]].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        count_in_flight(1);
         make_ready(successors_[i]);
+      }
     if (ops_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
   }
 
@@ -308,6 +315,8 @@ class LocalPlan final : public CompiledPlan {
   std::unique_ptr<std::atomic<int>[]> deps_;
   std::unique_ptr<std::atomic<int>[]> steps_left_;
   std::atomic<int> ops_left_ = 0;
+  std::atomic<int> in_flight_ = 0;
+  std::atomic<int> peak_in_flight_ = 0;
   std::atomic<bool> done_ = false;
   bool running_ = false;
   Clock::time_point started_;

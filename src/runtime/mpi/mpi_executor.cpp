@@ -11,8 +11,10 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/dependencies.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/placement.h"
@@ -63,13 +65,23 @@ void ensure_mpi() {
                     provided, MPI_THREAD_SERIALIZED));
 }
 
+// Idle polling backs off up to this long, so that a rank waiting on its peers leaves the CPU to
+// the ranks that move bytes (an emulated cluster runs many ranks on few cores).
+constexpr auto kLongestBackoff = std::chrono::microseconds(50);
+
 // Where a rank reads or writes: its tile buffers (given at start), staging memory that holds
 // boxes for later ops, or scratch memory that packs one op's message.
 enum class Memory { src, dst, staging, scratch };
+// Scratch memory is two areas: one for the ops this rank sends (send, broadcast sender), one for
+// those it receives in (receivers, relays, allgather members). The ops of each area all use this
+// device's send port, or all its receive port, so each waits for the one before it
+// (op_dependencies): two ops in flight at once never share scratch memory.
+enum ScratchArea { kSendScratch = 0, kReceiveScratch = 1 };
 struct BufferRef {
   Memory memory = Memory::src;
   int64_t offset = 0;
-  int tensor = 0;  // src, dst: whose tile
+  int tensor = 0;           // src, dst: whose tile
+  int area = kSendScratch;  // scratch: which area
 };
 
 struct LocalCopy {
@@ -82,6 +94,7 @@ enum class Action { chain, bcast, allgather, local };
 
 // One op as this rank plays it: copies before, the message, copies after.
 struct RankOp {
+  int index = 0;  // in the plan
   Action action = Action::local;
   int tag = 0;
   std::vector<LocalCopy> before;  // pack into the message buffer
@@ -93,6 +106,26 @@ struct RankOp {
   int next = -1;
   MPI_Comm comm = MPI_COMM_NULL;    // bcast, allgather
   std::vector<int> counts, displs;  // allgather: bytes of each member's part in the message
+  int chunks() const { return static_cast<int>((bytes + chunk - 1) / chunk); }
+};
+
+// Where one op of this rank is in a run.
+struct Progress {
+  int deps_left = 0;  // ops it waits for that are not finished
+  int received = 0;   // chain: chunks received
+  int next_send = 0;  // chain: the next chunk to forward (chunks are sent in order)
+  int sends_in_flight = 0;
+  int sent = 0;     // chain: chunks whose send completed
+  int pending = 0;  // bcast, allgather: collective requests not complete
+  bool finished = false;
+};
+
+// What a posted request belongs to: a chain's received chunk, a chain's send, or a collective.
+struct RequestOwner {
+  static constexpr int kSend = -1;
+  static constexpr int kCollective = -2;
+  int op = 0;  // index into ops_
+  int chunk = kSend;
 };
 
 class MpiExecutor;
@@ -110,7 +143,8 @@ class MpiPlan final : public CompiledPlan {
   RunTiming wait() override;
   RunTiming run(std::span<const DeviceBuffers> buffers) override;
 
-  // Plays this rank's ops in plan order; each completes before the next.
+  // Plays this rank's ops: each starts when the ops it waits for are finished on this rank, and
+  // every op in flight progresses at once (nonblocking requests polled together).
   void execute();
   void mark_done() {
     finished_ = Clock::now();
@@ -120,16 +154,21 @@ class MpiPlan final : public CompiledPlan {
 
  private:
   BufferRef ref(const Place& place) const;
-  BufferRef scratch(int64_t offset, int64_t bytes) {
-    scratch_bytes_ = std::max(scratch_bytes_, offset + bytes);
-    return {Memory::scratch, offset};
+  BufferRef scratch(ScratchArea area, int64_t offset, int64_t bytes) {
+    scratch_bytes_[area] = std::max(scratch_bytes_[area], offset + bytes);
+    return {Memory::scratch, offset, 0, area};
   }
   std::byte* resolve(const BufferRef& r) const;
   void add_copy(std::vector<LocalCopy>& list, const Box& region, const Place& from,
                 const Place& to);
   void compile_op(const Op& op, const OpPlacement& placed, const Placement& placement, int index);
-  void play_chain(RankOp& op);
+  void compile_dependencies(const Plan& plan, const Placement& placement);
   void run_copies(const std::vector<LocalCopy>& copies) const;
+  void post(MPI_Request request, int op, int chunk);
+  void start_op(int i);
+  void pump_chain(int i);
+  void on_complete(RequestOwner owner);
+  void finish_if_done(int i);
 
   MpiExecutor& executor_;
   int slot_;
@@ -139,9 +178,22 @@ class MpiPlan final : public CompiledPlan {
   std::vector<std::byte> staging_memory_;
   std::vector<int64_t> staging_offsets_;  // of this rank's staging boxes
   std::vector<std::byte> scratch_;
-  int64_t scratch_bytes_ = 0;
+  int64_t scratch_bytes_[2] = {0, 0};
+  int64_t receive_scratch_at_ = 0;  // where the receive area begins in scratch_
   std::vector<RankOp> ops_;
-  std::vector<MPI_Request> requests_;
+  // The dependency engine: built by compile, reset by every run, which then allocates nothing.
+  std::vector<int> initial_deps_;  // per op: ops of this rank it waits for
+  std::vector<int> successor_begin_, successors_;
+  std::vector<int> chunk_begin_;  // per op: its flags in chunk_received_
+  std::vector<Progress> progress_;
+  std::vector<uint8_t> chunk_received_;
+  std::vector<int> ready_;  // ops whose dependencies are met, not yet started
+  std::vector<MPI_Request> active_;
+  std::vector<RequestOwner> owners_;  // of active_
+  std::vector<int> completed_;        // MPI_Testsome's indices
+  int finished_ops_ = 0;
+  int in_flight_ = 0;
+  int peak_in_flight_ = 0;
   bool running_ = false;
   std::atomic<bool> done_ = false;
   Clock::time_point started_, finished_;
@@ -363,12 +415,71 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
   for (const StagedBox& b : placement.staging[rank_]) staging_offsets_.push_back(b.offset);
   staging_memory_.resize(placement.staging_bytes[rank_]);
   for (int k : placement.ops_of[rank_]) compile_op(plan.ops[k], placement.ops[k], placement, k);
-  scratch_.resize(scratch_bytes_);
-  size_t requests = 0;
-  for (const RankOp& op : ops_)
-    if (op.action == Action::chain)
-      requests = std::max<size_t>(requests, 2 * ((op.bytes + op.chunk - 1) / op.chunk));
-  requests_.resize(requests);
+  constexpr int64_t kAlign = 64;
+  receive_scratch_at_ = (scratch_bytes_[kSendScratch] + kAlign - 1) / kAlign * kAlign;
+  scratch_.resize(scratch_bytes_[kReceiveScratch] > 0
+                      ? receive_scratch_at_ + scratch_bytes_[kReceiveScratch]
+                      : scratch_bytes_[kSendScratch]);
+  compile_dependencies(plan, placement);
+}
+
+// Op k of this rank waits for the ops of execution_dependencies (the plan's rule and staging
+// reuse) that this rank takes part in: the others do not touch its memory, and they finish on
+// the ranks that play them. Its collectives (MPI_Ibcast, MPI_Iallgatherv) also wait for its
+// previous collective, so that every member starts the collectives of one communicator in the
+// same order (plan order). Every wait points to an earlier op, so the earliest unfinished op of
+// the plan has started on all its ranks and finishes: no deadlock.
+void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement) {
+  const auto deps = execution_dependencies(plan, placement);
+  const int ops = static_cast<int>(ops_.size());
+  std::vector<int> local(plan.ops.size(), -1);
+  for (int i = 0; i < ops; ++i) local[ops_[i].index] = i;
+  std::vector<std::vector<int>> successors(ops);
+  initial_deps_.assign(ops, 0);
+  int previous_collective = -1;
+  size_t requests = 0, chunks = 0;
+  for (int i = 0; i < ops; ++i) {
+    std::vector<int> waits;
+    for (int k : deps[ops_[i].index])
+      if (local[k] >= 0) waits.push_back(local[k]);
+    const RankOp& op = ops_[i];
+    if (op.action == Action::bcast || op.action == Action::allgather) {
+      if (previous_collective >= 0 &&
+          std::find(waits.begin(), waits.end(), previous_collective) == waits.end())
+        waits.push_back(previous_collective);
+      previous_collective = i;
+    }
+    for (int w : waits) successors[w].push_back(i);
+    initial_deps_[i] = static_cast<int>(waits.size());
+    chunk_begin_.push_back(static_cast<int>(chunks));
+    switch (op.action) {
+      case Action::chain:
+        chunks += op.chunks();
+        requests += (op.prev >= 0 ? op.chunks() : 0) + (op.next >= 0 ? kChainSendsInFlight : 0);
+        break;
+      case Action::bcast:
+        requests += (op.bytes + kMaxMessage - 1) / kMaxMessage;
+        break;
+      case Action::allgather:
+        requests += 1;
+        break;
+      case Action::local:
+        break;
+    }
+  }
+  successor_begin_.push_back(0);
+  for (const auto& s : successors) {
+    successors_.insert(successors_.end(), s.begin(), s.end());
+    successor_begin_.push_back(static_cast<int>(successors_.size()));
+  }
+  progress_.resize(ops);
+  chunk_received_.resize(chunks);
+  ready_.reserve(ops);
+  // While a poll's completed requests are handled they stay in active_ beside the ones their
+  // handlers post: at most twice the requests that can be in flight at once.
+  active_.reserve(2 * requests);
+  owners_.reserve(2 * requests);
+  completed_.resize(requests);
 }
 
 MpiPlan::~MpiPlan() {
@@ -397,7 +508,8 @@ std::byte* MpiPlan::resolve(const BufferRef& r) const {
     case Memory::staging:
       return const_cast<std::byte*>(staging_memory_.data()) + r.offset;
     case Memory::scratch:
-      return const_cast<std::byte*>(scratch_.data()) + r.offset;
+      return const_cast<std::byte*>(scratch_.data()) +
+             (r.area == kReceiveScratch ? receive_scratch_at_ : 0) + r.offset;
   }
   return nullptr;
 }
@@ -412,6 +524,7 @@ void MpiPlan::add_copy(std::vector<LocalCopy>& list, const Box& region, const Pl
 void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placement& placement,
                          int index) {
   RankOp out;
+  out.index = index;
   out.tag = executor_.tag(slot_, index, static_cast<int64_t>(placement.ops.size()));
   out.bytes = op.bytes;
   const int n = static_cast<int>(op.receivers.size());
@@ -451,10 +564,10 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
         } else if (bytes > 0) {
           const Place& held = at.part_sources[j];
           if (j == me)
-            out.before.push_back({ref(held), scratch(offset, bytes),
+            out.before.push_back({ref(held), scratch(kReceiveScratch, offset, bytes),
                                   plan_strided_copy(part, held.box, part, elem_size)});
           if (j != me || held != target)
-            out.after.push_back({scratch(offset, bytes), ref(target),
+            out.after.push_back({scratch(kReceiveScratch, offset, bytes), ref(target),
                                  plan_strided_copy(part, part, target.box, elem_size)});
         }
         offset += bytes;
@@ -468,7 +581,7 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
                       "MPI collective can count ({})",
                       op.id, offset, INT_MAX));
     if (n > 1) {
-      out.message = scratch(0, offset);
+      out.message = scratch(kReceiveScratch, 0, offset);
       out.comm = executor_.group({op.receivers.begin(), op.receivers.end()}, out.tag);
     }
     for (int p = 0; p < pieces; ++p)
@@ -489,13 +602,14 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
       out.message.offset += offset_in(first, holder(0).box, elem_size_[op.pieces[0].tensor]);
     } else {
       // The pieces packed one after the other in the op's order (a bucket).
-      out.message = scratch(0, out.bytes);
+      const ScratchArea area = me == n ? kSendScratch : kReceiveScratch;
+      out.message = scratch(area, 0, out.bytes);
       int64_t offset = 0;
       for (int p = 0; p < pieces; ++p) {
         const Piece& piece = op.pieces[p];
         const int elem_size = elem_size_[piece.tensor];
         const Place& held = holder(p);
-        const BufferRef packed = scratch(offset, piece.bytes);
+        const BufferRef packed = scratch(area, offset, piece.bytes);
         if (me == n)
           out.before.push_back({ref(held), packed,
                                 plan_strided_copy(piece.slice, held.box, piece.slice, elem_size)});
@@ -527,53 +641,145 @@ void MpiPlan::run_copies(const std::vector<LocalCopy>& copies) const {
   for (const LocalCopy& c : copies) run_strided_copy(c.copy, resolve(c.from), resolve(c.to));
 }
 
-void MpiPlan::play_chain(RankOp& op) {
-  std::byte* message = resolve(op.message);
-  const int chunks = static_cast<int>((op.bytes + op.chunk - 1) / op.chunk);
-  MPI_Request* received = requests_.data();
-  MPI_Request* sent = requests_.data() + chunks;
-  const auto piece = [&](int c) {
-    return std::pair{message + c * op.chunk,
-                     static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk))};
-  };
-  const MPI_Comm comm = executor_.data();
-  if (op.prev >= 0)
-    for (int c = 0; c < chunks; ++c) {
-      auto [at, len] = piece(c);
-      MPI_Irecv(at, len, MPI_BYTE, op.prev, op.tag, comm, &received[c]);
+void MpiPlan::post(MPI_Request request, int op, int chunk) {
+  active_.push_back(request);
+  owners_.push_back({op, chunk});
+}
+
+void MpiPlan::start_op(int i) {
+  RankOp& op = ops_[i];
+  peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
+  run_copies(op.before);
+  std::byte* message = op.action == Action::local ? nullptr : resolve(op.message);
+  switch (op.action) {
+    case Action::chain:
+      // Every chunk's receive is posted at once; a relay forwards each chunk as soon as it has
+      // it (pump_chain): the chain is pipelined.
+      if (op.prev >= 0)
+        for (int c = 0; c < op.chunks(); ++c) {
+          MPI_Request request = MPI_REQUEST_NULL;
+          MPI_Irecv(message + c * op.chunk,
+                    static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk)), MPI_BYTE,
+                    op.prev, op.tag, executor_.data(), &request);
+          post(request, i, c);
+        }
+      pump_chain(i);
+      break;
+    case Action::bcast:
+      for (int64_t at = 0; at < op.bytes; at += kMaxMessage) {
+        MPI_Request request = MPI_REQUEST_NULL;
+        MPI_Ibcast(message + at, static_cast<int>(std::min(kMaxMessage, op.bytes - at)), MPI_BYTE,
+                   0, op.comm, &request);
+        post(request, i, RequestOwner::kCollective);
+        ++progress_[i].pending;
+      }
+      break;
+    case Action::allgather: {
+      MPI_Request request = MPI_REQUEST_NULL;
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, message, op.counts.data(),
+                      op.displs.data(), MPI_BYTE, op.comm, &request);
+      post(request, i, RequestOwner::kCollective);
+      ++progress_[i].pending;
+      break;
     }
-  // A relay forwards each chunk as soon as it has it: the chain is pipelined.
-  for (int c = 0; c < chunks; ++c) {
-    if (op.prev >= 0) MPI_Wait(&received[c], MPI_STATUS_IGNORE);
-    if (op.next >= 0) {
-      if (c >= kChainSendsInFlight) MPI_Wait(&sent[c - kChainSendsInFlight], MPI_STATUS_IGNORE);
-      auto [at, len] = piece(c);
-      MPI_Isend(at, len, MPI_BYTE, op.next, op.tag, comm, &sent[c]);
-    }
+    case Action::local:
+      break;
   }
-  if (op.next >= 0) MPI_Waitall(chunks, sent, MPI_STATUSES_IGNORE);
+  finish_if_done(i);
+}
+
+// Sends the chunks a chain hop may send now: in order (the next hop's receives match them in
+// order), each once this rank has it, at most kChainSendsInFlight at once.
+void MpiPlan::pump_chain(int i) {
+  const RankOp& op = ops_[i];
+  Progress& p = progress_[i];
+  if (op.next < 0) return;
+  std::byte* message = resolve(op.message);
+  while (p.next_send < op.chunks() && p.sends_in_flight < kChainSendsInFlight &&
+         (op.prev < 0 || chunk_received_[chunk_begin_[i] + p.next_send])) {
+    const int c = p.next_send++;
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Isend(message + c * op.chunk, static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk)),
+              MPI_BYTE, op.next, op.tag, executor_.data(), &request);
+    post(request, i, RequestOwner::kSend);
+    ++p.sends_in_flight;
+  }
+}
+
+void MpiPlan::on_complete(RequestOwner owner) {
+  Progress& p = progress_[owner.op];
+  if (owner.chunk == RequestOwner::kCollective) {
+    --p.pending;
+  } else if (owner.chunk == RequestOwner::kSend) {
+    --p.sends_in_flight;
+    ++p.sent;
+    pump_chain(owner.op);
+  } else {
+    chunk_received_[chunk_begin_[owner.op] + owner.chunk] = 1;
+    ++p.received;
+    pump_chain(owner.op);
+  }
+  finish_if_done(owner.op);
+}
+
+void MpiPlan::finish_if_done(int i) {
+  const RankOp& op = ops_[i];
+  Progress& p = progress_[i];
+  const bool done = op.action == Action::chain ? (op.prev < 0 || p.received == op.chunks()) &&
+                                                     (op.next < 0 || p.sent == op.chunks())
+                                               : p.pending == 0;
+  if (!done || p.finished) return;
+  run_copies(op.after);
+  p.finished = true;
+  --in_flight_;
+  ++finished_ops_;
+  for (int s = successor_begin_[i]; s < successor_begin_[i + 1]; ++s)
+    if (--progress_[successors_[s]].deps_left == 0) ready_.push_back(successors_[s]);
 }
 
 void MpiPlan::execute() {
-  for (RankOp& op : ops_) {
-    run_copies(op.before);
-    switch (op.action) {
-      case Action::chain:
-        play_chain(op);
-        break;
-      case Action::bcast:
-        for (int64_t at = 0; at < op.bytes; at += kMaxMessage)
-          MPI_Bcast(resolve(op.message) + at,
-                    static_cast<int>(std::min(kMaxMessage, op.bytes - at)), MPI_BYTE, 0, op.comm);
-        break;
-      case Action::allgather:
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, resolve(op.message), op.counts.data(),
-                       op.displs.data(), MPI_BYTE, op.comm);
-        break;
-      case Action::local:
-        break;
+  const int ops = static_cast<int>(ops_.size());
+  for (int i = 0; i < ops; ++i) progress_[i] = {.deps_left = initial_deps_[i]};
+  std::fill(chunk_received_.begin(), chunk_received_.end(), uint8_t{0});
+  ready_.clear();
+  active_.clear();
+  owners_.clear();
+  for (int i = 0; i < ops; ++i)
+    if (initial_deps_[i] == 0) ready_.push_back(i);
+  finished_ops_ = in_flight_ = peak_in_flight_ = 0;
+  auto backoff = std::chrono::microseconds(0);
+  while (finished_ops_ < ops) {
+    bool progressed = !ready_.empty();
+    // Starting an op may finish it (a local copy) and make more ready.
+    for (size_t next = 0; next < ready_.size(); ++next) start_op(ready_[next]);
+    ready_.clear();
+    if (!active_.empty()) {
+      int count = 0;
+      MPI_Testsome(static_cast<int>(active_.size()), active_.data(), &count, completed_.data(),
+                   MPI_STATUSES_IGNORE);
+      if (count != MPI_UNDEFINED && count > 0) {
+        progressed = true;
+        // Handlers append new requests after the ones tested: the indices stay valid.
+        for (int c = 0; c < count; ++c) on_complete(owners_[completed_[c]]);
+        size_t kept = 0;
+        for (size_t r = 0; r < active_.size(); ++r)
+          if (active_[r] != MPI_REQUEST_NULL) {
+            active_[kept] = active_[r];
+            owners_[kept++] = owners_[r];
+          }
+        active_.resize(kept);
+        owners_.resize(kept);
+      }
     }
-    run_copies(op.after);
+    if (progressed) {
+      backoff = std::chrono::microseconds(0);
+    } else if (backoff.count() == 0) {
+      backoff = std::chrono::microseconds(1);
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, kLongestBackoff);
+    }
   }
 }
 
@@ -590,7 +796,7 @@ RunTiming MpiPlan::wait() {
   if (!running_) throw InvalidArgument("wait() without a run in flight: start() first");
   done_.wait(false);
   running_ = false;
-  return {std::chrono::duration<double>(finished_ - started_).count()};
+  return {std::chrono::duration<double>(finished_ - started_).count(), peak_in_flight_};
 }
 
 RunTiming MpiPlan::run(std::span<const DeviceBuffers> buffers) {
@@ -606,7 +812,7 @@ RunTiming MpiPlan::run(std::span<const DeviceBuffers> buffers) {
   }
   finished_ = Clock::now();
   executor_.set_busy(false);
-  return {std::chrono::duration<double>(finished_ - started_).count()};
+  return {std::chrono::duration<double>(finished_ - started_).count(), peak_in_flight_};
 }
 
 }  // namespace

@@ -17,10 +17,10 @@ struct LocalOptions {
   int64_t max_staging_bytes = 0;
 };
 
-// Devices take part in their ops in plan order (docs/concepts.md): an op becomes ready when every
-// participant's previous op is complete, and its copies (each receiver pulls the slice from
-// where the sender holds it) then run on any free worker. Throws InvalidArgument on options
-// out of range.
+// An op is released when every op it waits for is complete (the plan's rule of docs/concepts.md,
+// and the staging-memory reuse of placement: execution_dependencies), and its copies (each
+// receiver pulls the slice from where the sender holds it) then run on any free worker, so a
+// device's ops with different ports overlap. Throws InvalidArgument on options out of range.
 std::unique_ptr<Executor> make_local_executor(const LocalOptions& options = {});
 
 }  // namespace meshcast
