@@ -21,8 +21,10 @@ struct MpiOptions {
 };
 
 // Initializes MPI on first use (thread level serialized or better, finalized at exit) and
-// duplicates MPI_COMM_WORLD. Every rank walks its ops in plan order and completes each before
-// the next, so any plan place_plan accepts runs without deadlock. Tags are (plan slot, op index),
+// duplicates MPI_COMM_WORLD. Each rank starts an op when the ops it waits for
+// (execution_dependencies) that the rank takes part in are finished there, and progresses every
+// started op at once with nonblocking requests (docs/executors.md), so a device sends while it
+// receives and any plan place_plan accepts runs without deadlock. Tags are (plan slot, op index),
 // checked against MPI_TAG_UB; allgathers run on cached communicators of their devices. compile()
 // is collective over the ranks of the plan's ops and throws InvalidArgument on every rank when
 // the number of ranks differs from the cluster's devices.
