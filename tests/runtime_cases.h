@@ -251,6 +251,10 @@ inline std::vector<NamedPlan> hand_written_plans() {
       {"copy on a device in both meshes",
        plan_of(small_problem("RS0", {0, 3}), {hand_op(0, OpKind::copy, cols_left, 0, {0}),
                                               hand_op(1, OpKind::send, cols_right, 0, {3})})});
+  // 288 chunks: more than a hop keeps posted at once in the MPI backend.
+  plans.push_back(
+      {"chain of 1-byte chunks",
+       plan_of(small_problem("RR"), {hand_op(0, OpKind::broadcast, all, 0, {2, 1, 3}, 1)})});
   return plans;
 }
 

@@ -32,6 +32,10 @@ constexpr int64_t kMaxMessage = int64_t{1} << 30;
 // when nearly the whole message has arrived and the chain does not pipeline across relays
 // (docs/testbed.md). Two keeps the wire busy while bounding that.
 constexpr int kChainSendsInFlight = 2;
+// Chunk receives a chain hop keeps posted at once: every chunk of a planned chain (the planner
+// cuts a broadcast into about 64), while a long message in small chunks does not fill the
+// request array that every poll scans.
+constexpr int kChainReceivesPosted = 64;
 // Chunk of a message that crosses hosts when the plan gives none: below Open MPI's TCP eager limit
 // (64 KiB), so that no chunk needs a rendezvous handshake. A device that sends and receives over
 // one TCP connection at once queues its handshake replies behind its own data, and with large
@@ -117,9 +121,10 @@ struct RankOp {
 
 // Where one op of this rank is in a run.
 struct Progress {
-  int deps_left = 0;  // ops it waits for that are not finished
-  int received = 0;   // chain: chunks received
-  int next_send = 0;  // chain: the next chunk to forward (chunks are sent in order)
+  int deps_left = 0;     // ops it waits for that are not finished
+  int received = 0;      // chain: chunks received
+  int next_receive = 0;  // chain: the next chunk whose receive to post
+  int next_send = 0;     // chain: the next chunk to forward (chunks are sent in order)
   int sends_in_flight = 0;
   int sent = 0;     // chain: chunks whose send completed
   int pending = 0;  // bcast, allgather: collective requests not complete
@@ -463,7 +468,8 @@ void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement)
     switch (op.action) {
       case Action::chain:
         chunks += op.chunks();
-        requests += (op.prev >= 0 ? op.chunks() : 0) + (op.next >= 0 ? kChainSendsInFlight : 0);
+        requests += (op.prev >= 0 ? std::min(op.chunks(), kChainReceivesPosted) : 0) +
+                    (op.next >= 0 ? kChainSendsInFlight : 0);
         break;
       case Action::bcast:
         requests += (op.bytes + kMaxMessage - 1) / kMaxMessage;
@@ -665,16 +671,6 @@ void MpiPlan::start_op(int i) {
   std::byte* message = op.action == Action::local ? nullptr : resolve(op.message);
   switch (op.action) {
     case Action::chain:
-      // Every chunk's receive is posted at once; a relay forwards each chunk as soon as it has
-      // it (pump_chain): the chain is pipelined.
-      if (op.prev >= 0)
-        for (int c = 0; c < op.chunks(); ++c) {
-          MPI_Request request = MPI_REQUEST_NULL;
-          MPI_Irecv(message + c * op.chunk,
-                    static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk)), MPI_BYTE,
-                    op.prev, op.tag, executor_.data(), &request);
-          post(request, i, c);
-        }
       pump_chain(i);
       break;
     case Action::bcast:
@@ -700,14 +696,23 @@ void MpiPlan::start_op(int i) {
   finish_if_done(i);
 }
 
-// Sends the chunks a chain hop may send now: in order (the next hop's receives match them in
-// order), each once this rank has it, at most kChainSendsInFlight at once.
+// Posts what a chain hop may post now: the receives of the next chunks, up to
+// kChainReceivesPosted ahead of those received, and the sends of the chunks it has, in order (the
+// next hop's receives match them in order), at most kChainSendsInFlight at once. A relay
+// forwards each chunk as soon as it has it: the chain is pipelined.
 void MpiPlan::pump_chain(int i) {
   const RankOp& op = ops_[i];
   Progress& p = progress_[i];
-  if (op.next < 0) return;
   std::byte* message = resolve(op.message);
-  while (p.next_send < op.chunks() && p.sends_in_flight < kChainSendsInFlight &&
+  while (op.prev >= 0 && p.next_receive < op.chunks() &&
+         p.next_receive - p.received < kChainReceivesPosted) {
+    const int c = p.next_receive++;
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Irecv(message + c * op.chunk, static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk)),
+              MPI_BYTE, op.prev, op.tag, executor_.data(), &request);
+    post(request, i, c);
+  }
+  while (op.next >= 0 && p.next_send < op.chunks() && p.sends_in_flight < kChainSendsInFlight &&
          (op.prev < 0 || chunk_received_[chunk_begin_[i] + p.next_send])) {
     const int c = p.next_send++;
     MPI_Request request = MPI_REQUEST_NULL;
