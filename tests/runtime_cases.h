@@ -136,11 +136,12 @@ inline int64_t play_and_count_errors(Executor& executor, const Plan& plan) {
   return executor.sum_over_processes(errors);
 }
 
-// 4 devices (2 hosts x 2): device 0 holds the whole 4x9 float64 tensor, the destination mesh
-// is devices [2, 3] with `dst_spec`.
-inline Resharding small_problem(const std::string& dst_spec, std::vector<DeviceId> dst = {2, 3}) {
+// 4 devices (2 hosts x 2): device 0 holds the whole `rows`x9 float64 tensor, the destination
+// mesh is devices [2, 3] with `dst_spec`.
+inline Resharding small_problem(const std::string& dst_spec, std::vector<DeviceId> dst = {2, 3},
+                                int64_t rows = 4) {
   Resharding p;
-  p.tensor = {{4, 9}, DType::float64};
+  p.tensor = {{rows, 9}, DType::float64};
   p.cluster.hosts = 2;
   p.cluster.devices_per_host = 2;
   p.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
@@ -168,17 +169,17 @@ inline Plan plan_of(Resharding problem, std::vector<Op> ops) {
   return plan;
 }
 
-// Device 1, outside both meshes, relays the 4x9 float64 tensor of small_problem("RR") row by row
-// from device 0 to devices 2 and 3: each row's staging buffer is free once forwarded, so the
-// relay needs one row's bytes (72) of staging memory, not the tensor's (288).
-inline Plan row_by_row_relay_plan() {
+// Device 1, outside both meshes, relays the `rows`x9 float64 tensor of small_problem("RR") row by
+// row from device 0 to devices 2 and 3: each row's staging buffer is free once forwarded, so the
+// relay needs one row's bytes (72) of staging memory, not the tensor's (288 for 4 rows).
+inline Plan row_by_row_relay_plan(int rows = 4) {
   std::vector<Op> ops;
-  for (int row = 0; row < 4; ++row) {
+  for (int row = 0; row < rows; ++row) {
     const Box box{{{row, row + 1}, {0, 9}}};
     ops.push_back(hand_op(2 * row, OpKind::send, box, 0, {1}));
     ops.push_back(hand_op(2 * row + 1, OpKind::broadcast, box, 1, {2, 3}));
   }
-  return plan_of(small_problem("RR"), std::move(ops));
+  return plan_of(small_problem("RR", {2, 3}, rows), std::move(ops));
 }
 inline constexpr int64_t kRowBytes = 9 * 8;
 

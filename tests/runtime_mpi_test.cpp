@@ -72,6 +72,10 @@ TEST(MpiExecutorTest, StagingMemoryIsReusedAndBoundedOnEveryRank) {
   EXPECT_EQ(bounded->max_over_processes(static_cast<double>(compiled->staging_bytes())),
             static_cast<double>(testing::kRowBytes));
   EXPECT_EQ(testing::play_and_count_errors(*bounded, plan), 0);
+  // 200 rows through one row of staging memory, the relay receiving while it forwards.
+  Plan long_plan = testing::row_by_row_relay_plan(200);
+  long_plan.batch.cluster.hosts = ranks / 2;
+  EXPECT_EQ(testing::play_and_count_errors(*bounded, long_plan), 0);
   auto tight = make_mpi_executor({.max_staging_bytes = testing::kRowBytes - 1});
   int refused = 0;
   try {
