@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "meshcast/error.h"
@@ -173,6 +174,18 @@ struct Route {
   std::vector<Resharding> problems = {};                  // per tensor
 };
 
+// When the two stages are in different processes, the sender learns that a message arrived from
+// an acknowledgment: a plan (send_recv) moving one byte from each device of the receiving stage,
+// played there once its part of the message is done, to every device of the sending stage. A
+// sending process's own part of a plan ends when its bytes are handed to the network (under MPI,
+// once its buffers may be reused), which may be long before they arrive.
+struct Acknowledgment {
+  Resharding problem;
+  std::unique_ptr<CompiledPlan> plan;
+  std::vector<TileBuffers> buffers;  // per device here
+  std::vector<DeviceBuffers> views;
+};
+
 struct Channel {
   int from_stage = 0;
   int to_stage = 0;
@@ -181,7 +194,23 @@ struct Channel {
   std::vector<int> order = {};  // message ids in posting order
   bool sends_here = false;      // this process holds devices of the sending stage
   bool here = false;            // this process holds devices of either stage
+  std::optional<Acknowledgment> acknowledgment = {};  // when the stages are not all here
 };
+
+// One byte per device of the receiving stage's mesh (sharded over all its axes), replicated on
+// every device of the sending stage's.
+Resharding acknowledgment_problem(const PipelineModel& model, int from_stage, int to_stage) {
+  const Mesh& receivers = model.stages[to_stage].mesh;
+  ShardingSpec::DimAxes all_axes;
+  for (int axis = 0; axis < receivers.rank(); ++axis) all_axes.push_back(axis);
+  Resharding r{
+      TensorSpec{{static_cast<int64_t>(receivers.devices().size())}, DType::uint8},
+      Layout{receivers, ShardingSpec(std::vector<ShardingSpec::DimAxes>{all_axes})},
+      Layout{model.stages[from_stage].mesh, ShardingSpec(std::vector<ShardingSpec::DimAxes>(1))},
+      model.cluster};
+  r.validate();
+  return r;
+}
 
 struct MessageState {
   const Route* route = nullptr;                   // its edge and direction, with their plans
@@ -381,10 +410,25 @@ class Run {
         c->routes.push_back(std::move(route));
       }
     for (auto& c : channels_) {
-      for (DeviceId d : model_.stages[c.from_stage].mesh.devices())
+      bool all_here = true;
+      for (DeviceId d : model_.stages[c.from_stage].mesh.devices()) {
         c.sends_here = c.sends_here || here_[d];
+        all_here = all_here && here_[d];
+      }
       c.here = c.sends_here;
-      for (DeviceId d : model_.stages[c.to_stage].mesh.devices()) c.here = c.here || here_[d];
+      for (DeviceId d : model_.stages[c.to_stage].mesh.devices()) {
+        c.here = c.here || here_[d];
+        all_here = all_here && here_[d];
+      }
+      // Every process decides alike: under MPI with more than one rank none holds both stages.
+      if (!all_here) {
+        Acknowledgment& ack = c.acknowledgment.emplace(
+            Acknowledgment{acknowledgment_problem(model_, c.from_stage, c.to_stage), {}, {}, {}});
+        ack.plan = c.executor->compile(
+            make_plan(ack.problem, PlanOptions{.strategy = Strategy::send_recv}));
+        ack.buffers = allocate_tile_buffers(ack.problem, ack.plan->devices_here());
+        ack.views = buffer_views(ack.buffers);
+      }
       // Posting order: the sender's program order.
       for (const Action& a : lowered_.programs[c.from_stage])
         if (a.kind == ActionKind::send && lowered_.messages[a.message].to_stage == c.to_stage)
@@ -549,6 +593,10 @@ class Run {
       for (size_t t = 0; t < m.route->plans.size(); ++t) {
         m.route->plans[t]->start(m.views[t]);
         m.route->plans[t]->wait();
+      }
+      if (c.acknowledgment) {
+        c.acknowledgment->plan->start(c.acknowledgment->views);
+        c.acknowledgment->plan->wait();
       }
       std::this_thread::sleep_until(began + as_duration(options_.transfer_delay_s));
       std::unique_lock lock(mutex_);
