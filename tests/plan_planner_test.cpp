@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -13,6 +14,7 @@
 #include "meshcast/plan/estimate.h"
 #include "meshcast/plan/lower_bound.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast {
@@ -212,6 +214,50 @@ TEST(PlannerTest, BroadcastChunks) {
   for (const Op& op : fixed.ops) EXPECT_EQ(op.chunk_bytes, 1 << 20);
   // The estimate prefers the automatic chunk to one unpipelined message.
   EXPECT_LT(estimate(automatic), estimate(make_plan(paper(7), {.chunk_bytes = int64_t{1} << 40})));
+}
+
+// The automatic chunk is the simulator's best for the chain (within the planner's 1/1024 slack,
+// which buys fewer messages), on large and small messages, with and without latency.
+TEST(PlannerTest, AutomaticChunksAreTheSimulatorsBestForTheirChain) {
+  int chains = 0;
+  for (double latency : {0.0, 5e-6, 231e-6})
+    for (int scale : {1, 64, 2048})
+      for (int number : {1, 3, 6, 7}) {
+        Resharding p = paper(number);
+        p.tensor.shape[0] = std::max<int64_t>(1, p.tensor.shape[0] / scale);
+        p.cluster.latency = latency;
+        Batch batch = Batch::of_one(p);
+        const OpTimer timer(batch);
+        for (Op op : make_plan(p).ops) {
+          if (op.kind != OpKind::broadcast) continue;
+          ++chains;
+          const double chosen = timer.time_of(op);
+          double best = std::numeric_limits<double>::infinity();
+          for (int64_t chunk = 4; chunk < 2 * op.bytes; chunk = chunk * 5 / 4 + 4) {
+            op.chunk_bytes = chunk;
+            best = std::min(best, timer.time_of(op));
+          }
+          EXPECT_LE(chosen, best * (1 + 1.0 / 1024) * (1 + 1e-9))
+              << "case " << number << " / " << scale << ", latency " << latency << ", op " << op.id;
+        }
+      }
+  EXPECT_GT(chains, 50);
+}
+
+// A 1 MiB tensor from one device to three hosts (three chains through the same hosts, one after
+// another from the one sender): chunks of a latency's worth of bytes keep each chain's fill
+// short, where 64 KiB chunks made it 1.42x the bound.
+TEST(PlannerTest, SmallBroadcastsAreNotDominatedByPipelineFill) {
+  Resharding p = problem_of({512, 512}, Mesh::placed({1}, 0, 3), "RS0", Mesh::placed({3, 3}, 1, 3),
+                            "S1R", 4, 3);
+  p.tensor.dtype = DType::float32;
+  const Plan plan = make_plan(p);
+  validate_plan(plan);
+  for (const Op& op : plan.ops) {
+    ASSERT_EQ(op.kind, OpKind::broadcast);
+    EXPECT_LT(op.chunk_bytes, 16 * 1024);
+  }
+  EXPECT_LE(estimate(plan), 1.15 * plan.lower_bound_s);
 }
 
 TEST(PlannerTest, RejectsBadOptions) {

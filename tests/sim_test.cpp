@@ -154,6 +154,41 @@ TEST(SimulatorTest, FastHopsOfAChainAddOnlyTheirOwnFill) {
   expect_time(simulate(plan).time_s, S / kNic + 3.0 * chunk / kDev + 4 * kLat);
 }
 
+TEST(SimulatorTest, ChunksShorterThanALatencyOnTheWirePayALatencyEach) {
+  // 2,500 chunks of 2,000 bytes (1.6 us on the NIC, less than the 5 us a message costs) to two
+  // hosts: the first chunk crosses both hops (a latency each, and its time on the faster of
+  // them), the other 2,499 follow one per latency, not at the NIC's rate.
+  Plan plan = plan_on(cluster(3));
+  const int64_t bytes = 5'000'000, chunk = 2'000;
+  add(plan, op(OpKind::broadcast, 0, {4, 8}, bytes, chunk));
+  expect_time(simulate(plan).time_s, 2 * kLat + chunk / kNic + 2'499 * kLat);
+  // The same bytes in chunks of 12,500 (10 us on the NIC) stream at the NIC's rate.
+  Plan wide = plan_on(cluster(3));
+  add(wide, op(OpKind::broadcast, 0, {4, 8}, bytes, 12'500));
+  expect_time(simulate(wide).time_s, 2 * kLat + 12'500 / kNic + bytes / kNic);
+  // OpTimer times the op alone the same way.
+  EXPECT_NEAR(OpTimer(plan.batch).time_of(plan.ops[0]), simulate(plan).time_s, 1e-12);
+}
+
+TEST(SimulatorTest, AChainLimitedByItsMessageRateLeavesTheRestOfTheNicToOthers) {
+  // Host 0's NIC carries a chain of 2,000-byte chunks (at most 2,000 bytes per 5 us = 0.4 GB/s
+  // on average) and a send to host 3, which takes the remaining 0.85 GB/s while the chain runs,
+  // not the 0.625 GB/s of an equal share.
+  Plan plan = plan_on(cluster(4));
+  const int64_t bytes = 2'000'000, chunk = 2'000;
+  add(plan, op(OpKind::broadcast, 0, {4, 8}, bytes, chunk));
+  add(plan, op(OpKind::send, 1, {12}, bytes));
+  const SimResult r = simulate(plan);
+  const double chain_start = 2 * kLat + chunk / kNic;
+  const double chain_rate = bytes / (999.0 * kLat);
+  const double chain_end = chain_start + bytes / chain_rate;
+  expect_time(r.ops[0].end_s, chain_end);
+  // The send: alone from its latency to the chain's start, then beside it until it ends.
+  const double alone_before = (chain_start - kLat) * kNic;
+  expect_time(r.ops[1].end_s, chain_start + (bytes - alone_before) / (kNic - chain_rate));
+  EXPECT_LT(r.ops[1].end_s, chain_end);
+}
+
 TEST(SimulatorTest, IntraHostTransfersUseDeviceLinksOnly) {
   Plan plan = plan_on(cluster(2));
   add(plan, op(OpKind::send, 0, {1}));

@@ -1,10 +1,13 @@
 #include "jobs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 
+#include "meshcast/sim/simulator.h"
 #include "timeline.h"
 
 namespace meshcast::detail {
@@ -251,15 +254,62 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
 
 int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_bytes,
                           int element_size) {
-  double rate = cluster.device_bandwidth_of(*op.sender);
+  if (chunk_bytes > 0) return std::min(chunk_bytes, op.bytes);
+  std::vector<double> capacities;  // per hop, as the simulator routes it
   DeviceId prev = *op.sender;
   for (DeviceId r : op.receivers) {
-    rate = std::min(rate, hop_rate(cluster, prev, r));
+    capacities.push_back(prev == r ? std::numeric_limits<double>::infinity()
+                                   : hop_rate(cluster, prev, r));
     prev = r;
   }
-  return chunk_bytes > 0 ? std::min(chunk_bytes, op.bytes)
-                         : best_chunk_bytes(op.bytes, static_cast<int>(op.receivers.size()), rate,
-                                            cluster.latency, element_size);
+  const double rate = *std::min_element(capacities.begin(), capacities.end());
+  const double lat = cluster.latency;
+  const double bytes = static_cast<double>(op.bytes);
+  const int64_t elements = op.bytes / element_size;
+  if (elements <= 1 || !std::isfinite(rate)) return op.bytes;
+  // The chunk of whole elements that cuts the message into `chunks` (or slightly fewer) pieces.
+  const auto chunk_of = [&](double chunks) {
+    const auto per = static_cast<int64_t>(std::ceil(static_cast<double>(elements) / chunks));
+    return std::clamp<int64_t>(per * element_size, element_size, op.bytes);
+  };
+  // The chain alone, as the simulator times it (chain_pipeline): its delay (latencies and fill),
+  // then its bytes at the slowest hop's rate or at the message rate, whichever is lower.
+  const auto time_of = [&](int64_t chunk) {
+    const ChainPipeline chain = chain_pipeline(op.bytes, chunk, capacities, lat);
+    return chain.delay_s + bytes / std::min(rate, chain.max_rate);
+  };
+  // More chunks shorten the fill as long as a chunk is at least a latency on the slowest hop's
+  // wire (`wire_chunks`); beyond, each further message costs a latency, which pays only while
+  // the fill per byte is large against it (the optimum of fill + messages: `balanced`).
+  const double most = static_cast<double>(elements);
+  const double wire_chunks = lat > 0 ? std::min(std::floor(bytes / (rate * lat)) + 1, most) : most;
+  double fill_per_byte = -1 / rate;
+  for (double capacity : capacities) fill_per_byte += 1 / capacity;
+  std::vector<double> candidates{1, wire_chunks};
+  if (lat > 0 && fill_per_byte > 0) {
+    const double balanced = std::sqrt(fill_per_byte * bytes / lat);
+    if (balanced > wire_chunks)
+      candidates.insert(candidates.end(), {std::min(std::floor(balanced), most),
+                                           std::min(std::ceil(balanced), most)});
+  }
+  int64_t best_chunk = op.bytes;
+  double best = time_of(op.bytes);
+  for (double chunks : candidates)
+    if (const int64_t chunk = chunk_of(chunks); time_of(chunk) < best) {
+      best = time_of(chunk);
+      best_chunk = chunk;
+    }
+  // The fewest chunks within 1/1024 of the best time: a large message does not need a hundred
+  // thousand chunks to save a fraction of a percent, and every chunk is a message to the
+  // executors. Up to `wire_chunks` the time only falls as chunks are added.
+  const double good_enough = best + best / 1024;
+  if (time_of(chunk_of(wire_chunks)) > good_enough) return best_chunk;
+  double few = 1, many = wire_chunks;  // time_of(chunk_of(many)) is good enough
+  while (many - few > 1) {
+    const double mid = std::floor((few + many) / 2);
+    (time_of(chunk_of(mid)) <= good_enough ? many : few) = mid;
+  }
+  return time_of(chunk_of(few)) <= good_enough ? chunk_of(few) : chunk_of(many);
 }
 
 int split_parts(const Transfer& transfer, int holder_hosts) {

@@ -1,7 +1,6 @@
 #include "timeline.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace meshcast::detail {
 
@@ -12,16 +11,6 @@ double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to) {
   if (a != b)
     rate = std::min({rate, cluster.single_nic_bandwidth_of(a), cluster.single_nic_bandwidth_of(b)});
   return rate;
-}
-
-int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size) {
-  constexpr int64_t kMinChunk = 64 * 1024;
-  if (hops <= 1 || bytes <= kMinChunk) return bytes;
-  // d/dc of (bytes/c + hops - 1) * (lat + c/rate) is zero at c = sqrt(bytes*lat*rate/(hops-1)).
-  const double ideal = std::sqrt(static_cast<double>(bytes) * latency * rate / (hops - 1));
-  int64_t chunk = std::clamp(static_cast<int64_t>(ideal), kMinChunk, bytes);
-  chunk -= chunk % element_size;
-  return std::max<int64_t>(chunk, element_size);
 }
 
 namespace {

@@ -16,10 +16,6 @@ namespace meshcast::detail {
 // Bytes per second of one hop: device links, plus the two NICs it crosses between hosts.
 double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
 
-// Chunk minimizing (ceil(bytes/chunk) + hops - 1) * (latency + chunk / rate), in whole elements,
-// at least 64 KiB (or the whole message when smaller).
-int64_t best_chunk_bytes(int64_t bytes, int hops, double rate, double latency, int element_size);
-
 // How long an op takes and which serial resources (device ports, NIC directions) it holds
 // meanwhile: the ports op_dependencies orders ops by, plus the NICs its hops cross. Durations are
 // the simulator's for the op alone (OpTimer). Resources are numbered densely over the devices

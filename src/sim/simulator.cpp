@@ -31,6 +31,7 @@ struct OpModel {
   std::vector<Usage> usages;  // empty: the op moves nothing over links
   double latency_s = 0;       // paid before data moves: per hop or ring step, and a chain's fill
   double work_bytes = 0;      // bytes the flow moves at its (shared) rate
+  double max_rate = std::numeric_limits<double>::infinity();  // a chain's message rate, see below
 };
 
 void check_device(const Op& op, DeviceId d, const Cluster& cluster) {
@@ -104,8 +105,7 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
         hops.push_back({from, r, op.bytes});
         from = r;
       }
-      m.latency_s = n * cluster.latency;
-      m.work_bytes = bytes;
+      m.work_bytes = bytes;  // latency and rate limit: chain_pipeline, below
       break;
     }
     case OpKind::allgather: {
@@ -123,7 +123,7 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
     }
   }
   std::vector<int> route;
-  double fill_s = 0, slowest = 0;  // a broadcast's pipeline fill, see below
+  std::vector<double> hop_capacities;  // per hop: its slowest link's (infinite: no link)
   for (const Hop& hop : hops) {
     route.clear();
     net.append_route(hop.from, hop.to, route);
@@ -132,16 +132,14 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
       m.usages.push_back({link, 1, hop.bytes});
       hop_capacity = std::min(hop_capacity, net.capacity(link));
     }
-    if (op.kind == OpKind::broadcast && !route.empty()) {
-      const double chunk = op.chunk_bytes > 0 ? std::min(op.chunk_bytes, op.bytes) : op.bytes;
-      fill_s += static_cast<double>(chunk) / hop_capacity;
-      slowest = std::max(slowest, static_cast<double>(chunk) / hop_capacity);
-    }
+    hop_capacities.push_back(hop_capacity);
   }
-  // The first chunk crosses every hop at that hop's own speed; the rest stream at the chain's
-  // (shared) rate behind the slowest hop. So the fill is each other hop's chunk time, not
-  // (hops-1) chunks at the slowest rate: fast intra-host hops of a chain add little.
-  m.latency_s += fill_s - slowest;
+  if (op.kind == OpKind::broadcast) {
+    const ChainPipeline chain =
+        chain_pipeline(op.bytes, op.chunk_bytes, hop_capacities, cluster.latency);
+    m.latency_s = chain.delay_s;
+    m.max_rate = chain.max_rate;
+  }
   // Merge repeated links into one usage of higher weight.
   std::sort(m.usages.begin(), m.usages.end(),
             [](const Usage& a, const Usage& b) { return a.link < b.link; });
@@ -383,26 +381,40 @@ class Engine {
       }
     }
     for (int l : comp_links) push_level(l);
+    // A flow with a rate limit of its own (a chain's message rate) freezes at it unless a link
+    // freezes it lower first: an entry -1-f in the heap.
+    for (int f : comp_flows)
+      if (models_[f].max_rate < std::numeric_limits<double>::infinity()) {
+        heap_.push_back({models_[f].max_rate, -1 - f, 0});
+        std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+      }
     ++freeze_mark_;
     double floor = 0;  // levels only grow; this keeps rounding from lowering one
+    const auto freeze = [&](int f, double level) {
+      frozen_[f] = freeze_mark_;
+      set_rate(f, level);
+      for (const Usage& u : models_[f].usages) {
+        link_used_[u.link] += u.weight * level;
+        link_weight_[u.link] -= u.weight;
+        --link_unfrozen_[u.link];
+        push_level(u.link);
+      }
+    };
     while (!heap_.empty()) {
       std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
       const auto [popped, l, stamp] = heap_.back();
       heap_.pop_back();
+      if (l < 0) {
+        if (frozen_[-1 - l] == freeze_mark_) continue;
+        floor = std::max(popped, floor);
+        freeze(-1 - l, floor);
+        continue;
+      }
       if (stamp != link_stamp_[l] || link_unfrozen_[l] == 0) continue;
       const double level = std::max(popped, floor);
       floor = level;
-      for (int f : link_flows_[l]) {
-        if (frozen_[f] == freeze_mark_) continue;
-        frozen_[f] = freeze_mark_;
-        set_rate(f, level);
-        for (const Usage& u : models_[f].usages) {
-          link_used_[u.link] += u.weight * level;
-          link_weight_[u.link] -= u.weight;
-          --link_unfrozen_[u.link];
-          push_level(u.link);
-        }
-      }
+      for (int f : link_flows_[l])
+        if (frozen_[f] != freeze_mark_) freeze(f, level);
     }
     if (options_.record_link_rates)
       for (int l : comp_links) {
@@ -473,6 +485,29 @@ class Engine {
 
 }  // namespace
 
+ChainPipeline chain_pipeline(int64_t bytes, int64_t chunk,
+                             const std::vector<double>& hop_capacities, double latency) {
+  const int64_t message = chunk > 0 ? std::min(chunk, bytes) : bytes;
+  // The first chunk crosses every hop at that hop's own speed; the rest stream at the chain's
+  // (shared) rate behind the slowest hop. So the fill is each other hop's chunk time, not
+  // (hops-1) chunks at the slowest rate: fast intra-host hops of a chain add little.
+  double fill_s = 0, slowest = 0;
+  for (double capacity : hop_capacities) {
+    const double t = static_cast<double>(message) / capacity;
+    fill_s += t;
+    slowest = std::max(slowest, t);
+  }
+  ChainPipeline chain{
+      .delay_s = static_cast<double>(hop_capacities.size()) * latency + fill_s - slowest,
+      .max_rate = std::numeric_limits<double>::infinity()};
+  // Each chunk is one message: while a hop forwards a chunk its next message is prepared, so the
+  // per-message cost hides behind the bytes unless chunks are shorter than a latency on the wire.
+  const int64_t chunks = message > 0 ? (bytes + message - 1) / message : 0;
+  if (chunks > 1 && latency > 0)
+    chain.max_rate = static_cast<double>(bytes) / (static_cast<double>(chunks - 1) * latency);
+  return chain;
+}
+
 SimResult simulate(const Plan& plan) {
   return simulate(plan, plan.batch.cluster);
 }
@@ -496,7 +531,7 @@ OpTimer::~OpTimer() = default;
 
 double OpTimer::time_of(const Op& op) const {
   const OpModel m = model_op(op, *net_, batch_->cluster, *batch_);
-  double rate = std::numeric_limits<double>::infinity();
+  double rate = m.max_rate;
   for (const Usage& u : m.usages) rate = std::min(rate, net_->capacity(u.link) / u.weight);
   return m.usages.empty() ? m.latency_s : m.latency_s + m.work_bytes / rate;
 }

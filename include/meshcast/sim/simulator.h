@@ -82,6 +82,20 @@ class OpTimer {
   std::unique_ptr<sim::Network> net_;
 };
 
+// A chained broadcast's pipeline (docs/simulator.md#chains): `bytes` cut into chunks of `chunk`
+// (at most `bytes`; 0 = one message), each one message, forwarded through hops of the given
+// capacities (bytes/s, in chain order) with `latency` per message. Before its flow moves, the op
+// pays `delay_s`: a latency per hop, and the first chunk's time on every hop but the slowest (the
+// fill). Its flow then moves at most at `max_rate`: a hop sends one message per latency at most,
+// so the chunks after the first take at least (chunks - 1) x latency (infinite for one chunk).
+// The simulator plays chains by it and the planner chooses chunks by it.
+struct ChainPipeline {
+  double delay_s = 0;
+  double max_rate = 0;
+};
+ChainPipeline chain_pipeline(int64_t bytes, int64_t chunk,
+                             const std::vector<double>& hop_capacities, double latency);
+
 // The `top` links that carried bytes, ordered by the time their bytes need at full bandwidth
 // (the bottlenecks first; ties by name). Pointers into `sim.links`.
 std::vector<const LinkStats*> busiest_links(const SimResult& sim, int top);
