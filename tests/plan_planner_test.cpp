@@ -217,7 +217,8 @@ TEST(PlannerTest, BroadcastChunks) {
 }
 
 // The automatic chunk is the simulator's best for the chain (within the planner's 1/1024 slack,
-// which buys fewer messages), on large and small messages, with and without latency.
+// which buys fewer messages, and above its floor), on large and small messages, with and without
+// latency.
 TEST(PlannerTest, AutomaticChunksAreTheSimulatorsBestForTheirChain) {
   int chains = 0;
   for (double latency : {0.0, 5e-6, 231e-6})
@@ -233,7 +234,9 @@ TEST(PlannerTest, AutomaticChunksAreTheSimulatorsBestForTheirChain) {
           ++chains;
           const double chosen = timer.time_of(op);
           double best = std::numeric_limits<double>::infinity();
-          for (int64_t chunk = 4; chunk < 2 * op.bytes; chunk = chunk * 5 / 4 + 4) {
+          // Chunks below 64 KiB only up to 32 of them (the planner's floor).
+          const int64_t floor = std::min<int64_t>(64 * 1024, (op.bytes + 31) / 32);
+          for (int64_t chunk = floor; chunk < 2 * op.bytes; chunk = chunk * 5 / 4 + 4) {
             op.chunk_bytes = chunk;
             best = std::min(best, timer.time_of(op));
           }

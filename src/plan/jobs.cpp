@@ -252,6 +252,9 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
   return op;
 }
 
+constexpr double kSmallChunkBytes = 64 * 1024;
+constexpr double kMostSmallChunks = 32;
+
 int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_bytes,
                           int element_size) {
   if (chunk_bytes > 0) return std::min(chunk_bytes, op.bytes);
@@ -281,7 +284,11 @@ int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_by
   // More chunks shorten the fill as long as a chunk is at least a latency on the slowest hop's
   // wire (`wire_chunks`); beyond, each further message costs a latency, which pays only while
   // the fill per byte is large against it (the optimum of fill + messages: `balanced`).
-  const double most = static_cast<double>(elements);
+  // Chunks below 64 KiB only for messages under 2 MiB, and then at most 32: every chunk is a
+  // message each relay must take and forward, and on a loaded host each may wait for the CPU
+  // (docs/simulator.md), which the latency alone does not price.
+  const double most = std::min(static_cast<double>(elements),
+                               std::max(kMostSmallChunks, std::ceil(bytes / kSmallChunkBytes)));
   const double wire_chunks = lat > 0 ? std::min(std::floor(bytes / (rate * lat)) + 1, most) : most;
   double fill_per_byte = -1 / rate;
   for (double capacity : capacities) fill_per_byte += 1 / capacity;
