@@ -79,6 +79,33 @@ void ensure_mpi() {
 // the ranks that move bytes (an emulated cluster runs many ranks on few cores).
 constexpr auto kLongestBackoff = std::chrono::microseconds(50);
 
+// A poller's pause when it found nothing to do: first a yield, then sleeps of 1 us doubling up to
+// kLongestBackoff; progress starts it over.
+class Backoff {
+ public:
+  void progressed() { pause_ = std::chrono::microseconds(0); }
+  void idle() {
+    if (pause_.count() == 0) {
+      pause_ = std::chrono::microseconds(1);
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause_);
+      pause_ = std::min(pause_ * 2, kLongestBackoff);
+    }
+  }
+
+ private:
+  std::chrono::microseconds pause_{0};
+};
+
+// MPI_Wait without spinning a core: a rank that waits for the slowest one at a control collective
+// leaves the CPU to the ranks still moving bytes.
+void wait_idly(MPI_Request& request) {
+  Backoff backoff;
+  int done = 0;
+  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE), !done) backoff.idle();
+}
+
 // Where a rank reads or writes: its tile buffers (given at start), staging memory that holds
 // boxes for later ops, or scratch memory that packs one op's message.
 enum class Memory { src, dst, staging, scratch };
@@ -265,18 +292,24 @@ class MpiExecutor final : public Executor {
 
   void barrier() override {
     check_idle("barrier()");
-    MPI_Barrier(control_);
+    MPI_Request request;
+    MPI_Ibarrier(control_, &request);
+    wait_idly(request);
   }
   double max_over_processes(double value) override {
     check_idle("max_over_processes()");
     double out = 0;
-    MPI_Allreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, control_);
+    MPI_Request request;
+    MPI_Iallreduce(&value, &out, 1, MPI_DOUBLE, MPI_MAX, control_, &request);
+    wait_idly(request);
     return out;
   }
   int64_t sum_over_processes(int64_t value) override {
     check_idle("sum_over_processes()");
     int64_t out = 0;
-    MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, control_);
+    MPI_Request request;
+    MPI_Iallreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, control_, &request);
+    wait_idly(request);
     return out;
   }
   bool is_leader() const override { return rank_ == 0; }
@@ -764,7 +797,7 @@ void MpiPlan::execute() {
   for (int i = 0; i < ops; ++i)
     if (initial_deps_[i] == 0) ready_.push_back(i);
   finished_ops_ = in_flight_ = peak_in_flight_ = 0;
-  auto backoff = std::chrono::microseconds(0);
+  Backoff backoff;
   while (finished_ops_ < ops) {
     bool progressed = !ready_.empty();
     // Starting an op may finish it (a local copy) and make more ready.
@@ -788,15 +821,10 @@ void MpiPlan::execute() {
         owners_.resize(kept);
       }
     }
-    if (progressed) {
-      backoff = std::chrono::microseconds(0);
-    } else if (backoff.count() == 0) {
-      backoff = std::chrono::microseconds(1);
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, kLongestBackoff);
-    }
+    if (progressed)
+      backoff.progressed();
+    else
+      backoff.idle();
   }
 }
 
