@@ -20,14 +20,15 @@ TENSOR=(run --backend mpi --shape 1048576 --src-mesh 2 --src-spec S0 --dst-spec 
 BATCH=(run --backend mpi --batch "$DATA/batch-3-tensors.json" "${FOREVER[@]}")
 
 # fault_run NAME RANKS SIGNAL PATTERN ARGS...: starts `mpirun -np RANKS meshcast ARGS`, signals
-# one rank after 3 s, expects mpirun to end non-zero within 60 s with PATTERN in its output.
+# one rank after 6 s (ranks of a loaded machine may still be starting MPI, where no watchdog
+# runs yet), expects mpirun to end non-zero within 60 s with PATTERN in its output.
 fault_run() {
   local name=$1 np=$2 signal=$3 pattern=$4 out rc victim ranks job
   shift 4
   out=$(mktemp)
   timeout 60 "${MPIRUN[@]}" -np "$np" "$MESHCAST" "$@" >"$out" 2>&1 &
   job=$!
-  sleep 3
+  sleep 6
   # The ranks are the children of this job's mpirun (the child of timeout).
   ranks=$(pgrep -P "$(pgrep -P "$job" | head -1)" | tr '\n' ' ')
   victim=$(echo "$ranks" | awk '{print $2}')
