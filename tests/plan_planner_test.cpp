@@ -361,6 +361,21 @@ TEST(LowerBoundTest, DeviceTerm) {
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0 + p.cluster.latency);
 }
 
+TEST(LowerBoundTest, LocalHolderTerm) {
+  // Devices 0 (host 0) and 3 (host 1) hold all 32 B; devices 1 and 2 of host 0 take 16 B each.
+  // On host 0 only device 0 holds them, so they reach devices 1 and 2 through device 0's 3 B/s
+  // out-link or host 0's 1 B/s NIC: 32 B over 4 B/s, more than either device link's 16 B / 3 B/s.
+  auto p = problem_of({8}, Mesh({2}, {0, 3}), "R", Mesh({2}, {1, 2}), "S0", 2, 3);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 3;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0 + p.cluster.latency);
+  // A second holder on host 0 (device 1 itself) lifts the term: device 2's link decides.
+  auto two = problem_of({8}, Mesh({2}, {0, 1}), "R", Mesh({2}, {1, 2}), "S0", 2, 3);
+  two.cluster.nic_bandwidth = 1;
+  two.cluster.device_bandwidth = 3;
+  EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 16.0 / 3 + two.cluster.latency);
+}
+
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
   auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);

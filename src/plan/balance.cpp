@@ -213,16 +213,18 @@ class OrderPlanner {
     double finish = 0;        // when the last of them ends
   };
 
-  // Where `ops` would go, one after the other, in `schedule` as it is (which is left so).
+  // Where `ops` would go, one after the other, in `schedule` as it is (which is left so: all but
+  // the last are inserted while the next is probed, then removed).
   Candidate probe(std::vector<Op> ops, Schedule& schedule) const {
     Candidate c;
     c.ops = std::move(ops);
-    for (const Op& op : c.ops) {
-      c.costs.push_back(model_.cost_of(op));
-      c.slots.push_back(schedule.insert(c.costs.back(), 0));
-      c.finish = std::max(c.finish, c.slots.back().finish);
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+      c.costs.push_back(model_.cost_of(c.ops[i]));
+      const bool last = i + 1 == c.ops.size();
+      c.slots.push_back(last ? schedule.probe(c.costs[i], 0) : schedule.insert(c.costs[i], 0));
+      c.finish = std::max(c.finish, c.slots[i].finish);
     }
-    remove(c, schedule);
+    for (size_t i = c.ops.size() - 1; i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
     return c;
   }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <ranges>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "meshcast/dense_index.h"
 
@@ -46,6 +48,33 @@ class Pooled {
   std::vector<bool> sender_;
 };
 
+// Adds `bytes` to local(d) (docs/concepts.md#lower-bound) of each sender d of `t` that is the only
+// sender on its host while another device of that host receives t: those devices get t through
+// d's out-link or their host's NICs. `by_host` is scratch space.
+template <typename LocalOf>
+void add_local(const UnitTask& t, double bytes, const DenseIndex& hosts, const Cluster& cluster,
+               std::vector<std::pair<int, DeviceId>>& by_host, LocalOf local_of) {
+  by_host.clear();
+  for (DeviceId d : t.receivers) by_host.emplace_back(hosts.index_of(cluster.host_of(d)), d);
+  std::sort(by_host.begin(), by_host.end());
+  const size_t receivers = by_host.size();
+  for (DeviceId d : t.senders) by_host.emplace_back(hosts.index_of(cluster.host_of(d)), d);
+  std::sort(by_host.begin() + static_cast<std::ptrdiff_t>(receivers), by_host.end());
+  const auto received = by_host.begin() + static_cast<std::ptrdiff_t>(receivers);
+  for (auto s = received; s != by_host.end();) {
+    const auto group_end =
+        std::find_if(s, by_host.end(), [&](const auto& e) { return e.first != s->first; });
+    if (group_end - s == 1) {
+      const auto [first, last] =
+          std::equal_range(by_host.begin(), received, *s,
+                           [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (std::any_of(first, last, [&](const auto& r) { return r.second != s->second; }))
+        local_of(s->second) += bytes;
+    }
+    s = group_end;
+  }
+}
+
 }  // namespace
 
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
@@ -64,6 +93,8 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<double> only(hosts.size(), 0);  // only(h)
   std::vector<double> dev_in(devices.size(), 0);
   std::vector<double> dev_only(devices.size(), 0);  // dev_only(d)
+  std::vector<double> local(devices.size(), 0);     // local(d)
+  std::vector<std::pair<int, DeviceId>> by_host;    // a task's senders or receivers, by host
   // The pooled term of the whole batch, and of each tensor's tasks alone: the bytes that must
   // leave some host of a set, over that set's bandwidth, bound any subset of the tasks, and one
   // tensor's can be the larger (a tensor held on one host, pooled with tensors held on many).
@@ -91,6 +122,8 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
                                                [&](DeviceId r) { return r != t.senders[0]; }))
         dev_only[devices.index_of(t.senders[0])] += b;
+      add_local(t, b, hosts, cluster, by_host,
+                [&](DeviceId d) -> double& { return local[devices.index_of(d)]; });
     }
     bound = std::max(bound, tensor_pooled.bound(hosts, cluster));
   }
@@ -100,8 +133,11 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     bound = std::max({bound, in[h] / nic, only[h] / nic});
   }
   for (int d = 0; d < devices.size(); ++d) {
-    const double dev = cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d)));
-    bound = std::max({bound, dev_in[d] / dev, dev_only[d] / dev});
+    const auto id = static_cast<DeviceId>(devices.id_at(d));
+    const double dev = cluster.device_bandwidth_of(id);
+    const int h = cluster.host_of(id);
+    bound = std::max({bound, dev_in[d] / dev, dev_only[d] / dev,
+                      (in[hosts.index_of(h)] + local[d]) / (cluster.nic_bandwidth_of(h) + dev)});
   }
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
