@@ -1,10 +1,13 @@
 // The weights suite: its models are valid batches; joint and per_tensor plans validate and move
-// every element right on the local executor; the middleware baselines send what they claim.
+// every element right on the local executor; the middleware baselines send what they claim; a
+// sequence of plans (per_tensor) is measured as one run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
+#include <span>
+#include <string>
 
 #include "meshcast/error.h"
 #include "meshcast/plan/lower_bound.h"
@@ -178,6 +181,77 @@ TEST(WeightsTest, RowsShareTheBoundAndNoMethodBeatsIt) {
   // Whole tensors to every destination device move at least what the joint plan moves.
   EXPECT_GE(rows[2].network_bytes, rows[0].network_bytes);
   EXPECT_GE(rows[3].network_bytes, rows[0].network_bytes);
+}
+
+// An executor that forwards to another and counts the compilations, barriers and reductions (a
+// timed run reduces its time and its wall time over the processes) it is asked for.
+class CountingExecutor final : public Executor {
+ public:
+  explicit CountingExecutor(Executor& inner) : inner_(inner) {}
+  int barriers = 0;
+  int compiled = 0;
+  int reductions = 0;
+
+  std::string_view backend() const override { return inner_.backend(); }
+  std::unique_ptr<CompiledPlan> compile(const Plan& plan) override {
+    ++compiled;
+    return inner_.compile(plan);
+  }
+  void barrier() override {
+    ++barriers;
+    inner_.barrier();
+  }
+  double max_over_processes(double value) override {
+    ++reductions;
+    return inner_.max_over_processes(value);
+  }
+  int64_t sum_over_processes(int64_t value) override { return inner_.sum_over_processes(value); }
+  bool is_leader() const override { return inner_.is_leader(); }
+  std::string share_from_leader(std::string text) override {
+    return inner_.share_from_leader(std::move(text));
+  }
+
+ private:
+  Executor& inner_;
+};
+
+// A sequence of plans is measured as one run per iteration: a barrier before each run and one
+// between consecutive plans (one after another, not overlapping), none outside the run between
+// the plans, and every element of every plan checked.
+TEST(MeasureTest, PlansOfASequenceArePlayedBackToBackInOneTimedRun) {
+  auto local = make_local_executor({.threads = 2});
+  CountingExecutor executor(*local);
+  const Batch batch = small_case().batch;
+  std::vector<Plan> plans;
+  int64_t elements = 0;
+  for (size_t i = 0; i < batch.tensors.size(); ++i) {
+    plans.push_back(make_plan(batch.resharding(i)));
+    elements += measure(*local, plans.back(), {.iters = 1, .warmup = 0, .verify = true}).checked;
+  }
+  ASSERT_GT(plans.size(), 2u);
+  const Measurement m = measure(executor, plans, {.iters = 3, .warmup = 1, .verify = true});
+  EXPECT_EQ(executor.compiled, static_cast<int>(plans.size()));
+  // Per run, warm-up included: 1 barrier before it + plans - 1 between them, and one timing.
+  EXPECT_EQ(executor.barriers, 4 * static_cast<int>(plans.size()));
+  EXPECT_EQ(executor.reductions, 4 * 2);
+  EXPECT_EQ(m.times_s.size(), 3u);
+  EXPECT_TRUE(m.verified) << m.errors << " of " << m.checked << " elements wrong";
+  EXPECT_EQ(m.checked, elements);
+  EXPECT_THROW(measure(executor, std::span<const Plan>(), {}), InvalidArgument);
+}
+
+// per_tensor on a real backend: its plans are measured as one sequence per run.
+TEST(WeightsTest, PerTensorIsMeasuredAsOneRunOfAllItsPlans) {
+  auto local = make_local_executor({.threads = 2});
+  CountingExecutor executor(*local);
+  const WeightsCase c = small_case();
+  const WeightsRow row = weights_row(c, WeightsMethod::per_tensor, &executor,
+                                     {.iters = 2, .warmup = 1, .verify = true});
+  EXPECT_EQ(executor.compiled, static_cast<int>(c.batch.tensors.size()));
+  EXPECT_EQ(executor.barriers, 3 * static_cast<int>(c.batch.tensors.size()));
+  EXPECT_EQ(executor.reductions, 3 * 2);
+  EXPECT_GT(row.predicted_s, 0);
+  EXPECT_GT(row.time_s, 0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "meshcast/runtime/executor.h"
@@ -32,11 +33,17 @@ struct Measurement {
   int64_t checked = 0;    // destination elements checked over all processes
 };
 
-// Compiles `plan` once, allocates tiles for this process's devices, fills the sources with the
-// pattern, then runs `warmup` + `iters` times with a barrier before each; with `verify`, the
-// destinations are poisoned before the last run and checked after it. Collective over the
-// executor's processes. Throws InvalidArgument on iters < 1, warmup < 0 or a bad timeout; ends the
-// process (kTimeoutExitStatus) when a phase runs past the timeout.
+// Compiles every plan once, allocates tiles for this process's devices, fills the sources with
+// the pattern, then runs `warmup` + `iters` times with a barrier before each. A run plays the
+// plans one after another, the next starting when every process is done with the previous one (a
+// barrier between them), and is timed as one: on each process the sum of the plans' RunTiming and
+// of the waits in the barriers between them. Timing each plan alone would leave out what lies
+// between them, and overlapping them would no longer play them one after another. With `verify`,
+// the destinations are poisoned before the last run and checked after it. Collective over the
+// executor's processes. Throws InvalidArgument on no plan, iters < 1, warmup < 0 or a bad
+// timeout; ends the process (kTimeoutExitStatus) when a phase runs past the timeout.
+Measurement measure(Executor& executor, std::span<const Plan> plans, const MeasureOptions& options);
+// One plan: a sequence of one.
 Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& options);
 
 double median(std::vector<double> values);

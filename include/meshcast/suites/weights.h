@@ -66,7 +66,8 @@ struct WeightsRow {
 // on real buffers (time_s: the measured median, predicted_s: the simulated time; with
 // measure.verify every element of every tensor is checked, and a wrong one throws). per_tensor
 // plans each tensor alone (make_plan of a batch of one) and plays the plans one after another:
-// its time and bytes are the sums. Collective over the executor's processes.
+// its simulated time and bytes are the sums over the plans, its measured time that of one run of
+// the whole sequence (measure() of the plans). Collective over the executor's processes.
 WeightsRow weights_row(const WeightsCase& weights_case, WeightsMethod method,
                        Executor* executor = nullptr, const MeasureOptions& measure = {});
 
