@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 #include "meshcast/runtime/local/local_executor.h"
 #include "meshcast/runtime/measure.h"
 #include "meshcast/sim/simulator.h"
+#include "meshcast/suites/bench.h"
 #include "meshcast/suites/model.h"
 #include "meshcast/suites/weights.h"
 #include "meshcast/tasks/paper_cases.h"
@@ -181,6 +183,30 @@ TEST(WeightsTest, RowsShareTheBoundAndNoMethodBeatsIt) {
   // Whole tensors to every destination device move at least what the joint plan moves.
   EXPECT_GE(rows[2].network_bytes, rows[0].network_bytes);
   EXPECT_GE(rows[3].network_bytes, rows[0].network_bytes);
+}
+
+// A model shrunk to fit a testbed keeps its shards even: a weight split 8 ways (tp=8) keeps a
+// dim 0 that is a multiple of 8, so that every serving device, and host, gets the same share.
+TEST(WeightsTest, ShrinkingAModelKeepsEvenShardsEven) {
+  const ModelConfig config{
+      .hidden = 256, .layers = 2, .heads = 8, .kv_heads = 8, .ffn = 512, .vocab = 512};
+  const Batch full = model_batch(config, {.tp = 4, .pp = 2}, {.tp = 8}, paper_cluster(1));
+  Batch small = full;
+  shrink_batch(small, full.bytes() / 32);
+  EXPECT_LT(small.bytes(), full.bytes() / 8);
+  int even = 0;
+  for (size_t i = 0; i < small.tensors.size(); ++i) {
+    const auto& t = small.tensors[i];
+    SCOPED_TRACE(t.name);
+    const int64_t parts = std::lcm(t.src.parts_of(0), t.dst.parts_of(0));
+    if (parts == 1 || full.tensors[i].tensor.shape[0] % parts != 0) continue;
+    ++even;
+    EXPECT_EQ(t.tensor.shape[0] % parts, 0);
+    std::set<int64_t> volumes;
+    for (const Box& tile : device_tiles(t.tensor, t.dst)) volumes.insert(tile.volume());
+    EXPECT_EQ(volumes.size(), 1u);
+  }
+  EXPECT_GT(even, 0);
 }
 
 // An executor that forwards to another and counts the compilations, barriers and reductions (a

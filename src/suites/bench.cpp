@@ -457,9 +457,17 @@ void shrink_batch(Batch& batch, int64_t bytes) {
   const int64_t total = batch.bytes();
   if (bytes <= 0 || total <= bytes) return;
   const double factor = static_cast<double>(bytes) / static_cast<double>(total);
-  for (auto& t : batch.tensors)
-    t.tensor.shape[0] =
-        std::max<int64_t>(1, std::llround(static_cast<double>(t.tensor.shape[0]) * factor));
+  for (auto& t : batch.tensors) {
+    int64_t& rows = t.tensor.shape[0];
+    // A dim 0 that both layouts cut evenly stays a multiple of their parts: shrinking a
+    // column-parallel weight's 4096 rows to 11 would give the first of 8 tp shards twice the
+    // rows of the last and 0 to some, and the model's first hosts most of its bytes.
+    int64_t parts = std::lcm(t.src.parts_of(0), t.dst.parts_of(0));
+    if (rows % parts != 0) parts = 1;
+    rows = std::max<int64_t>(
+               1, std::llround(static_cast<double>(rows) * factor / static_cast<double>(parts))) *
+           parts;
+  }
 }
 
 void fill_speedups(std::vector<BenchRow>& rows) {

@@ -132,7 +132,8 @@ std::optional<std::string> fit_cluster(Batch& batch, int devices);
 // when it is already that small.
 void shrink_tensor(Resharding& problem, int64_t bytes);
 // Shrinks dim 0 of every tensor by one factor so that the batch has about `bytes` bytes (each
-// tensor keeps at least one row); no-op when it is already that small.
+// tensor keeps at least one row, and a dim 0 that both layouts split evenly into parts stays a
+// multiple of those parts, so that its shards stay even); no-op when it is already that small.
 void shrink_batch(Batch& batch, int64_t bytes);
 
 // Fills each row's speedup from the send_recv row of its case.
