@@ -116,11 +116,13 @@ else
   per_host=$(json_number devices_per_host)
   if [[ "$hosts x $per_host" == "$HOSTS x $SLOTS" ]]; then pass "calibrate sees $hosts x $per_host"; else fail "calibrate sees '$hosts x $per_host', expected $HOSTS x $SLOTS"; fi
   # TCP/IP headers take ~4% of a 1500-byte frame, so payload runs a bit under the shaped rate; far
-  # under it means the shaping or the measurement is wrong, above it means traffic bypassed it.
-  if awk -v r="$nic" -v m=$MBIT 'BEGIN { x = r * 1000 / m; exit !(x >= 0.75 && x <= 1.0) }'; then
-    pass "NIC payload rate $nic Gbps is 0.75..1.0 of the shaped $MBIT Mbit/s"
+  # under it means the shaping or the measurement is wrong, far above it (a bypass runs at memory
+  # speed) that traffic bypassed it. The rate is a slope through two sizes (1 and 4 MiB here),
+  # which carries a few percent of noise on a busy machine: up to 1.05 is allowed.
+  if awk -v r="$nic" -v m=$MBIT 'BEGIN { x = r * 1000 / m; exit !(x >= 0.75 && x <= 1.05) }'; then
+    pass "NIC payload rate $nic Gbps is 0.75..1.05 of the shaped $MBIT Mbit/s"
   else
-    fail "NIC payload rate '$nic' Gbps is not 0.75..1.0 of the shaped $MBIT Mbit/s"
+    fail "NIC payload rate '$nic' Gbps is not 0.75..1.05 of the shaped $MBIT Mbit/s"
   fi
   if awk -v d="$dev" -v n="$nic" 'BEGIN { exit !(d > 4 * n) }'; then
     pass "intra-host rate $dev Gbps is above 4x the NIC's"
