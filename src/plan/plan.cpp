@@ -96,6 +96,12 @@ Box allgather_part(const Piece& piece, int parts, int index) {
   return none;
 }
 
+bool holder_fits(const Op& op, const Piece& piece) {
+  if (piece.holder == -1) return true;
+  return op.kind == OpKind::allgather && piece.holder >= 0 &&
+         piece.holder < static_cast<int>(op.receivers.size());
+}
+
 int64_t allgather_part_bytes(const Op& op, const Batch& batch, int index) {
   const int n = static_cast<int>(op.receivers.size());
   int64_t bytes = 0;

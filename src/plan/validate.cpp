@@ -161,7 +161,7 @@ class Checker {
     if (p.bytes != bytes)
       fail(op, fmt::format("bytes {} do not match the slice's {}", p.bytes, bytes), index);
     const int n = static_cast<int>(op.receivers.size());
-    if (op.kind == OpKind::allgather ? p.holder < -1 || p.holder >= n : p.holder != -1)
+    if (!holder_fits(op, p))
       fail(op,
            op.kind == OpKind::allgather
                ? fmt::format("holder {} is not -1 (split) or a receiver index 0..{}", p.holder,

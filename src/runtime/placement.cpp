@@ -40,8 +40,7 @@ void check_op_shape(const Op& op, const Batch& batch, int index) {
       fail(fmt::format("slice {} is empty or outside the tensor {}", to_string(piece.slice),
                        shape_to_string(tensor.shape, 'x')));
     const auto n = static_cast<int>(op.receivers.size());
-    if (piece.holder != -1 &&
-        (op.kind != OpKind::allgather || piece.holder < 0 || piece.holder >= n))
+    if (!holder_fits(op, piece))
       fail(fmt::format("piece holder {}: expected -1, or a receiver index 0..{} of an allgather",
                        piece.holder, n - 1));
   }

@@ -67,7 +67,7 @@ void check_shape(const Op& op) {
   }
   const auto n = static_cast<int>(op.receivers.size());
   for (const Piece& p : op.pieces)
-    if (p.holder != -1 && (op.kind != OpKind::allgather || p.holder < 0 || p.holder >= n))
+    if (!holder_fits(op, p))
       throw InvalidArgument(
           fmt::format("op {} ({}): piece holder {}: expected -1, or a receiver index 0..{} of an "
                       "allgather",

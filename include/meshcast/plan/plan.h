@@ -80,6 +80,9 @@ Box allgather_part(const Box& slice, int parts, int index);
 // allgather_part(piece.slice, n, i), or with a holder the whole piece for receiver `holder` and
 // an empty box for the others. Every per-piece split goes through this one function.
 Box allgather_part(const Piece& piece, int parts, int index);
+// Whether the piece's holder fits its op: -1, or for an allgather a receiver index. The validator,
+// the simulator and the executors' placement all check it with this one rule.
+bool holder_fits(const Op& op, const Piece& piece);
 // Bytes of member `index`'s parts of an allgather op, over all its pieces (what that member
 // contributes to the message).
 int64_t allgather_part_bytes(const Op& op, const Batch& batch, int index);
