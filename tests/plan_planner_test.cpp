@@ -423,5 +423,28 @@ TEST(PlannerTest, BroadcastServesReceiversOnAHoldingHostFromThatHost) {
   }
 }
 
+// Simulated time over the lower bound of the broadcast plan of `p`.
+double order_ratio(const Resharding& p, bool split) {
+  const Plan plan = make_plan(p, {.strategy = Strategy::broadcast, .split = split});
+  validate_plan(plan);
+  return estimate(plan) / plan.lower_bound_s;
+}
+
+// A chain ends at the host with the most to send of its own: the two source devices each hold
+// half the tensor and nothing else does, so their hosts' NICs must send 2 x a quarter; a chain
+// that passed through one of them on the way to another host would make it send a third quarter
+// (1.5x the bound, as before; random suite seed 13 r28 and seed 11 r28).
+TEST(PlannerTest, ChainsDoNotRelayThroughHostsThatMustSendTheirOwnSlices) {
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split);
+    Resharding a = problem_of({16777221}, Mesh({2, 1}, {3, 0}), "S0",
+                              Mesh({4, 2}, {4, 5, 7, 8, 6, 3, 2, 1}), "S0", 5, 2);
+    EXPECT_LE(order_ratio(a, split), 1.01);
+    Resharding b = problem_of({2796203, 12, 2}, Mesh({2}, {9, 4}), "S0RR",
+                              Mesh({3, 2}, {11, 8, 9, 4, 0, 6}), "RS1R", 6, 2);
+    EXPECT_LE(order_ratio(b, split), 1.01);
+  }
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -146,10 +146,41 @@ std::vector<DeviceId> devices_of(const std::vector<Job>& jobs) {
   return devices;
 }
 
+// Bytes each host must send over its NIC as the only host holding them: what it sends in any
+// plan (the only(h) of docs/concepts.md#lower-bound, over the jobs' transfers).
+class Duties {
+ public:
+  Duties(const std::vector<Job>& jobs, const Cluster& cluster) {
+    std::vector<std::pair<int64_t, int64_t>> sole;  // (host, bytes)
+    for (const Job& job : jobs)
+      for (const Transfer& t : job.transfers) {
+        const int h = cluster.host_of(t.candidates[0]);
+        const auto on_h = [&](DeviceId d) { return cluster.host_of(d) == h; };
+        if (std::all_of(t.candidates.begin(), t.candidates.end(), on_h) &&
+            !std::all_of(t.receivers.begin(), t.receivers.end(), on_h))
+          sole.emplace_back(h, t.bytes);
+      }
+    std::vector<int64_t> hosts;
+    for (const auto& [h, bytes] : sole) hosts.push_back(h);
+    hosts_ = DenseIndex(std::move(hosts));
+    bytes_.assign(hosts_.size(), 0);
+    for (const auto& [h, bytes] : sole) bytes_[hosts_.index_of(h)] += static_cast<double>(bytes);
+  }
+  double of(int host) const { return hosts_.contains(host) ? bytes_[hosts_.index_of(host)] : 0; }
+
+ private:
+  DenseIndex hosts_;
+  std::vector<double> bytes_;
+};
+
 class OrderPlanner {
  public:
   OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options)
-      : batch_(batch), jobs_(jobs), options_(options), model_(batch, devices_of(jobs)) {}
+      : batch_(batch),
+        jobs_(jobs),
+        options_(options),
+        model_(batch, devices_of(jobs)),
+        duties_(jobs, batch.cluster) {}
 
   Decoded decode(const Genome& genome) const {
     Schedule schedule(model_);
@@ -275,7 +306,8 @@ class OrderPlanner {
       Transfer part = t;
       part.receivers = std::move(receivers);
       work += 2 + static_cast<int64_t>(part.receivers.size());
-      return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, entry_key);
+      return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, entry_key,
+                         [&](int host) { return duties_.of(host); });
     };
     std::optional<Candidate> best;
     const auto consider = [&](std::vector<Op> ops) {
@@ -330,6 +362,7 @@ class OrderPlanner {
   const std::vector<Job>& jobs_;
   const PlanOptions& options_;
   CostModel model_;
+  Duties duties_;
 };
 
 // Every job's transfers as ops from the senders `choose(job, transfer, parts)` picks (one per part

@@ -214,7 +214,8 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
                const Batch& batch, int64_t chunk_bytes,
-               const std::function<double(DeviceId)>& entry_key) {
+               const std::function<double(DeviceId)>& entry_key,
+               const std::function<double(int)>& last_key) {
   const Cluster& cluster = batch.cluster;
   const int element = element_size(batch, job.tensor);
   const int home = cluster.host_of(sender);
@@ -244,6 +245,30 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
       }
       group = end;
     }
+  // The other host of largest `last_key` (the last of them on ties) ends the chain: it is the one
+  // host the chain enters that forwards nothing, so it should be the one whose NIC has the most
+  // else to send.
+  if (last_key) {
+    auto last_group = chain.end();
+    double most = 0;
+    for (auto group = chain.begin(); group != chain.end();) {
+      const int host = cluster.host_of(*group);
+      const auto end =
+          std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
+      if (host != home)
+        if (const double key = last_key(host); last_group == chain.end() || key >= most) {
+          most = key;
+          last_group = group;
+        }
+      group = end;
+    }
+    if (last_group != chain.end()) {
+      const int host = cluster.host_of(*last_group);
+      const auto end = std::find_if(last_group, chain.end(),
+                                    [&](DeviceId d) { return cluster.host_of(d) != host; });
+      std::rotate(last_group, end, chain.end());
+    }
+  }
   // (the kind first: the chain is moved into the op)
   const OpKind kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast;
   Op op = make_op(kind, {make_piece(batch, job.tensor, job.task, slice)}, sender, std::move(chain));

@@ -38,10 +38,12 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // The op that moves `slice` (the whole transfer or one part of it) from `sender`: a send for one
 // receiver, else a broadcast chained host by host (the sender's host first, each host's devices
 // consecutive) with `chunk_bytes` (0 = chosen from the cost model). Another host's devices start
-// at the one with the smallest `entry_key` (first on ties), else at the lowest id.
+// at the one with the smallest `entry_key` (first on ties), else at the lowest id. The other host
+// with the largest `last_key` (the highest id on ties) comes last, else the one of highest id.
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
                const Batch& batch, int64_t chunk_bytes,
-               const std::function<double(DeviceId)>& entry_key = {});
+               const std::function<double(DeviceId)>& entry_key = {},
+               const std::function<double(int)>& last_key = {});
 
 // The pipelining chunk of broadcast `op`: `chunk_bytes` when > 0 (at most the message), else the
 // cost model's best for its chain, in whole elements of `element_size` bytes.
