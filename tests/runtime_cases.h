@@ -200,6 +200,21 @@ inline Plan exchange_plan(int devices, int per_host) {
                      hand_op(1, OpKind::send, Box{{{2, 4}, {0, 9}}}, 1, {0})});
 }
 
+// Device 2 receives a 4x9 float64 tensor in two sends, rows [0, 2) from device 0 (op 0), then
+// rows [2, 4) from device 1 (op 1), one device per host and `devices` hosts (the others idle).
+// Its receive port orders the two: op 1 waits for op 0 (docs/concepts.md, execution).
+inline Plan two_senders_one_receiver_plan(int devices) {
+  Resharding p;
+  p.tensor = {{4, 9}, DType::float64};
+  p.cluster.hosts = devices;
+  p.cluster.devices_per_host = 1;
+  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0R")};
+  p.dst = Layout{Mesh({1}, {2}), ShardingSpec::parse("RR")};
+  p.validate();
+  return plan_of(p, {hand_op(0, OpKind::send, Box{{{0, 2}, {0, 9}}}, 0, {2}),
+                     hand_op(1, OpKind::send, Box{{{2, 4}, {0, 9}}}, 1, {2})});
+}
+
 // All-to-all layouts: Shard(0) -> Shard(1) on the same mesh of all `devices` devices, every
 // device sending to and receiving from every other, on one host, on hosts of 2 and on hosts of
 // 1 device, each planned with every strategy.

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "meshcast/error.h"
 #include "meshcast/tasks/paper_cases.h"
 #include "mpi_test_main.h"
@@ -144,6 +147,36 @@ TEST(MpiExecutorTest, ARankSendsAndReceivesAtOnce) {
     EXPECT_EQ(world->sum_over_processes(peak), 4) << per_host << " per host";
     EXPECT_EQ(world->sum_over_processes(world->is_leader() ? peak : 0), 2);
   }
+}
+
+// A sender's bytes wait for their receiver. Op 1 (device 1 -> device 2) waits for op 0 (device
+// 0 -> device 2) on device 2's receive port, and rank 0 starts its run late: device 1's part of
+// op 1 must not end before rank 0 has started, since device 2 starts op 1 only after op 0. Its
+// 144 bytes are one eager message, so a plain MPI_Isend would complete at once and the bytes would
+// wait unasked at the receiver (with many senders they crowd out the op the receiver needs now).
+// The ranks compare times of the steady clock, which all processes of one machine share.
+TEST(MpiExecutorTest, ASendEndsOnlyAfterItsReceiverHasStartedIt) {
+  if (ranks < 3) GTEST_SKIP() << "the plan needs 3 ranks, not " << ranks;
+  const Plan plan = testing::two_senders_one_receiver_plan(ranks);
+  const auto compiled = world->compile(plan);
+  const DeviceId me = compiled->devices_here().front();
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
+  prepare_tiles(plan.batch, buffers);
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  world->barrier();
+  if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double started = now();
+  compiled->run(buffer_views(buffers));
+  const double ended = now();
+  const double first_sender_started = world->max_over_processes(me == 0 ? started : 0);
+  const double second_sender_ended = world->max_over_processes(me == 1 ? ended : 0);
+  EXPECT_GE(second_sender_ended, first_sender_started)
+      << "device 1's send ended " << first_sender_started - second_sender_ended
+      << " s before its receiver could start it";
+  EXPECT_EQ(world->sum_over_processes(count_destination_errors(plan.batch, buffers)), 0);
 }
 
 TEST(MpiExecutorTest, ARankCountThatDiffersFromTheClusterIsAnErrorOnEveryRank) {

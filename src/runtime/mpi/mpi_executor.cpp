@@ -31,6 +31,14 @@ constexpr int64_t kMaxMessage = int64_t{1} << 30;
 // sends to one peer together, so with every chunk posted the next hop gets its first chunk only
 // when nearly the whole message has arrived and the chain does not pipeline across relays
 // (docs/testbed.md). Two keeps the wire busy while bounding that.
+//
+// It is also the most chunks a hop sends before the next hop has started the op: the first chunk
+// goes by MPI_Issend, which completes once the next hop has posted its receive, and later chunks
+// wait for that. Small chunks are eager messages, whose MPI_Isend completes as soon as the bytes
+// are with the transport: without this a sender would push all its ops into the network at
+// once. A receiver takes its ops one after another (its receive port), so the bytes of its later
+// ops, from other senders, would share its host's NIC with the op it needs now and crowd it out,
+// while the relays that forward that op idle and fall behind (docs/executors.md).
 constexpr int kChainSendsInFlight = 2;
 // Chunk receives a chain hop keeps posted at once: every chunk of a planned chain (the planner
 // cuts a broadcast into about 64), while a long message in small chunks does not fill the
@@ -153,15 +161,18 @@ struct Progress {
   int next_receive = 0;  // chain: the next chunk whose receive to post
   int next_send = 0;     // chain: the next chunk to forward (chunks are sent in order)
   int sends_in_flight = 0;
-  int sent = 0;     // chain: chunks whose send completed
-  int pending = 0;  // bcast, allgather: collective requests not complete
+  bool next_hop_started = false;  // chain: the next hop has matched the first chunk
+  int sent = 0;                   // chain: chunks whose send completed
+  int pending = 0;                // bcast, allgather: collective requests not complete
   bool finished = false;
 };
 
-// What a posted request belongs to: a chain's received chunk, a chain's send, or a collective.
+// What a posted request belongs to: a chain's received chunk, a chain's send (its first chunk's
+// apart), or a collective.
 struct RequestOwner {
   static constexpr int kSend = -1;
   static constexpr int kCollective = -2;
+  static constexpr int kFirstSend = -3;
   int op = 0;  // index into ops_
   int chunk = kSend;
 };
@@ -731,8 +742,9 @@ void MpiPlan::start_op(int i) {
 
 // Posts what a chain hop may post now: the receives of the next chunks, up to
 // kChainReceivesPosted ahead of those received, and the sends of the chunks it has, in order (the
-// next hop's receives match them in order), at most kChainSendsInFlight at once. A relay
-// forwards each chunk as soon as it has it: the chain is pipelined.
+// next hop's receives match them in order), at most kChainSendsInFlight at once and, until the
+// next hop has started the op, none past the first kChainSendsInFlight. A relay forwards each
+// chunk as soon as it has it: the chain is pipelined.
 void MpiPlan::pump_chain(int i) {
   const RankOp& op = ops_[i];
   Progress& p = progress_[i];
@@ -746,12 +758,19 @@ void MpiPlan::pump_chain(int i) {
     post(request, i, c);
   }
   while (op.next >= 0 && p.next_send < op.chunks() && p.sends_in_flight < kChainSendsInFlight &&
+         (p.next_hop_started || p.next_send < kChainSendsInFlight) &&
          (op.prev < 0 || chunk_received_[chunk_begin_[i] + p.next_send])) {
     const int c = p.next_send++;
+    std::byte* chunk = message + c * op.chunk;
+    const int count = static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk));
     MPI_Request request = MPI_REQUEST_NULL;
-    MPI_Isend(message + c * op.chunk, static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk)),
-              MPI_BYTE, op.next, op.tag, executor_.data(), &request);
-    post(request, i, RequestOwner::kSend);
+    if (c == 0) {
+      MPI_Issend(chunk, count, MPI_BYTE, op.next, op.tag, executor_.data(), &request);
+      post(request, i, RequestOwner::kFirstSend);
+    } else {
+      MPI_Isend(chunk, count, MPI_BYTE, op.next, op.tag, executor_.data(), &request);
+      post(request, i, RequestOwner::kSend);
+    }
     ++p.sends_in_flight;
   }
 }
@@ -760,7 +779,8 @@ void MpiPlan::on_complete(RequestOwner owner) {
   Progress& p = progress_[owner.op];
   if (owner.chunk == RequestOwner::kCollective) {
     --p.pending;
-  } else if (owner.chunk == RequestOwner::kSend) {
+  } else if (owner.chunk == RequestOwner::kSend || owner.chunk == RequestOwner::kFirstSend) {
+    if (owner.chunk == RequestOwner::kFirstSend) p.next_hop_started = true;
     --p.sends_in_flight;
     ++p.sent;
     pump_chain(owner.op);
