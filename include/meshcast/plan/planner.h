@@ -13,7 +13,9 @@ struct PlanOptions {
   // Default: order for broadcast, size for send_recv and allgather (the paper's pairings).
   std::optional<Balance> balance = {};
   // Cut a transfer whose slice has replicas on several hosts into parts sent by different hosts
-  // when that lowers the finish time (balance order; see docs/cli.md for none and size).
+  // when that lowers the finish time (balance order; see docs/cli.md for none and size). Without
+  // it, balance order keeps slices whole unless its plan is more than 1.05x the lower bound (on
+  // batches of up to 1,024 unit tasks): then it plans with split too and keeps the faster plan.
   bool split = false;
   // Pipelining chunk of broadcasts; 0 picks one per broadcast from the cost model.
   int64_t chunk_bytes = 0;
