@@ -1,6 +1,7 @@
 #include "meshcast/plan/lower_bound.h"
 
 #include <algorithm>
+#include <map>
 #include <ranges>
 #include <set>
 #include <utility>
@@ -75,6 +76,45 @@ void add_local(const UnitTask& t, double bytes, const DenseIndex& hosts, const C
   }
 }
 
+// held(S) of docs/concepts.md#lower-bound for each distinct set S of two or more hosts that hold
+// a task: the bytes of tasks held only inside S that a host outside S receives, over S's NIC
+// bandwidth. Tasks are grouped by (HS, HR) first; a batch of more than kMostTasks tasks, or more
+// than kMostChecks subset checks, is not looked at further (the term only raises the bound, so
+// leaving it out keeps a true bound): its cost grows with the distinct holder sets.
+class HeldInside {
+ public:
+  static constexpr size_t kMostTasks = 4096;
+  static constexpr int64_t kMostChecks = int64_t{1} << 20;
+
+  void add(double bytes, const std::set<int>& hs, const std::set<int>& hr) {
+    if (hs.size() < 2) return;  // only(h) covers one host
+    groups_[{std::vector<int>(hs.begin(), hs.end()), std::vector<int>(hr.begin(), hr.end())}] +=
+        bytes;
+  }
+  double bound(const DenseIndex& hosts, const Cluster& cluster) const {
+    std::set<std::vector<int>> sets;
+    for (const auto& [key, bytes] : groups_) sets.insert(key.first);
+    double most = 0;
+    int64_t checks = 0;
+    for (const std::vector<int>& set : sets) {
+      if (checks > kMostChecks) break;
+      checks += static_cast<int64_t>(groups_.size());
+      double bytes = 0;
+      for (const auto& [key, b] : groups_)
+        if (std::includes(set.begin(), set.end(), key.first.begin(), key.first.end()) &&
+            !std::includes(set.begin(), set.end(), key.second.begin(), key.second.end()))
+          bytes += b;
+      double bandwidth = 0;
+      for (int h : set) bandwidth += cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
+      most = std::max(most, bytes / bandwidth);
+    }
+    return most;
+  }
+
+ private:
+  std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
+};
+
 }  // namespace
 
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
@@ -99,6 +139,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   // leave some host of a set, over that set's bandwidth, bound any subset of the tasks, and one
   // tensor's can be the larger (a tensor held on one host, pooled with tensors held on many).
   Pooled batch_pooled(hosts.size());
+  size_t task_count = 0;
+  for (const auto& of_tensor : tasks) task_count += of_tensor.size();
+  HeldInside held;
+  const bool hold_sets = task_count <= HeldInside::kMostTasks;
   double bound = 0;
   for (const auto& of_tensor : tasks) {
     Pooled tensor_pooled(hosts.size());
@@ -111,6 +155,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       for (int h : hr)
         if (!hs.contains(h)) in[h] += b;
       if (hs.size() == 1 && !(hr.size() == 1 && hr.contains(*hs.begin()))) only[*hs.begin()] += b;
+      if (hold_sets) held.add(b, hs, hr);
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
         batch_pooled.add(b, hs);
         tensor_pooled.add(b, hs);
@@ -127,7 +172,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     }
     bound = std::max(bound, tensor_pooled.bound(hosts, cluster));
   }
-  bound = std::max(bound, batch_pooled.bound(hosts, cluster));
+  bound = std::max({bound, batch_pooled.bound(hosts, cluster), held.bound(hosts, cluster)});
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max({bound, in[h] / nic, only[h] / nic});

@@ -33,24 +33,18 @@ constexpr double kNearTheBound = 1.05;
 // costs as much again, which a large problem's planning time cannot spare.
 constexpr size_t kMostJobsForACandidate = 1024;
 
-// The ops of `jobs` by `options`' balance mode, bucketed.
+// The ops of `jobs` by `options`' balance mode.
 std::vector<Op> ops_of(const Batch& batch, const std::vector<detail::Job>& jobs,
                        const PlanOptions& options, Balance balance) {
-  std::vector<Op> ops;
   switch (balance) {
     case Balance::none:
-      ops = detail::balance_none(batch, jobs, options);
-      break;
+      return detail::balance_none(batch, jobs, options);
     case Balance::size:
-      ops = detail::balance_size(batch, jobs, options);
-      break;
+      return detail::balance_size(batch, jobs, options);
     case Balance::order:
-      ops = detail::balance_order(batch, jobs, options);
       break;
   }
-  return detail::bucket_ops(batch, std::move(ops),
-                            options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
-                            options.chunk_bytes);
+  return detail::balance_order(batch, jobs, options);
 }
 
 bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
@@ -88,7 +82,8 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // Whole slices cannot reach the bound where a few slices held by several hosts must leave
   // through those hosts' NICs together (three equal slices on two holders: one holder sends two,
   // 1.33x the bound). When balance order's plan is far from the bound, it is planned again with
-  // slices split between their holders, and the faster of the two by the simulator is kept.
+  // slices split between their holders, and the faster of the two by the simulator is kept (timed
+  // before buckets, so that the bucket size never changes which pieces a plan moves).
   if (plan.balance == Balance::order && !options.split && jobs.size() <= kMostJobsForACandidate &&
       any_splittable(batch, jobs)) {
     const double whole = simulate_time(batch, plan.ops).time_s;
@@ -99,6 +94,9 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
       if (simulate_time(batch, ops).time_s < whole) plan.ops = std::move(ops);
     }
   }
+  plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
+                                options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
+                                options.chunk_bytes);
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
   for (const HostTraffic& h : host_traffic(plan)) plan.network_bytes += h.out_bytes;
   return plan;
