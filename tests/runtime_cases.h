@@ -200,19 +200,23 @@ inline Plan exchange_plan(int devices, int per_host) {
                      hand_op(1, OpKind::send, Box{{{2, 4}, {0, 9}}}, 1, {0})});
 }
 
-// Device 2 receives a 4x9 float64 tensor in two sends, rows [0, 2) from device 0 (op 0), then
-// rows [2, 4) from device 1 (op 1), one device per host and `devices` hosts (the others idle).
-// Its receive port orders the two: op 1 waits for op 0 (docs/concepts.md, execution).
-inline Plan two_senders_one_receiver_plan(int devices) {
+// A relay busy sending: devices 1 and 2 hold rows [0, 2) and [2, 4) of a 4x9 float64 tensor that
+// devices 0 and 2 need whole, one device per host and `devices` hosts (the others idle). Device 2
+// sends its rows to device 0 (op 0), then relays device 1's rows to device 0 (op 1, a broadcast
+// 1 -> 2 -> 0) and copies its own (op 2). Device 2 sends in all three, so op 1 starts on it only
+// once op 0 has released it (docs/concepts.md, execution).
+inline Plan relay_busy_sending_plan(int devices) {
   Resharding p;
   p.tensor = {{4, 9}, DType::float64};
   p.cluster.hosts = devices;
   p.cluster.devices_per_host = 1;
-  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0R")};
-  p.dst = Layout{Mesh({1}, {2}), ShardingSpec::parse("RR")};
+  p.src = Layout{Mesh({2}, {1, 2}), ShardingSpec::parse("S0R")};
+  p.dst = Layout{Mesh({2}, {0, 2}), ShardingSpec::parse("RR")};
   p.validate();
-  return plan_of(p, {hand_op(0, OpKind::send, Box{{{0, 2}, {0, 9}}}, 0, {2}),
-                     hand_op(1, OpKind::send, Box{{{2, 4}, {0, 9}}}, 1, {2})});
+  const Box first{{{0, 2}, {0, 9}}}, second{{{2, 4}, {0, 9}}};
+  return plan_of(
+      p, {hand_op(0, OpKind::send, second, 2, {0}), hand_op(1, OpKind::broadcast, first, 1, {2, 0}),
+          hand_op(2, OpKind::copy, second, 2, {2})});
 }
 
 // All-to-all layouts: Shard(0) -> Shard(1) on the same mesh of all `devices` devices, every

@@ -149,15 +149,16 @@ TEST(MpiExecutorTest, ARankSendsAndReceivesAtOnce) {
   }
 }
 
-// A sender's bytes wait for their receiver. Op 1 (device 1 -> device 2) waits for op 0 (device
-// 0 -> device 2) on device 2's receive port, and rank 0 starts its run late: device 1's part of
-// op 1 must not end before rank 0 has started, since device 2 starts op 1 only after op 0. Its
-// 144 bytes are one eager message, so a plain MPI_Isend would complete at once and the bytes would
-// wait unasked at the receiver (with many senders they crowd out the op the receiver needs now).
-// The ranks compare times of the steady clock, which all processes of one machine share.
+// A sender's bytes wait for their receiver. Relay 2 takes op 1 (device 1 -> 2 -> 0) only once its
+// send of op 0 (device 2 -> device 0) has released it, and rank 0 starts its run late, so op 0
+// cannot end on device 2 before rank 0 has started: device 1's part of op 1 must not end before
+// then either. Its 144 bytes are one eager message, so a plain MPI_Isend would complete at once
+// and the bytes would wait unasked at the relay (with many senders they crowd out the op the
+// relay needs now). The ranks compare times of the steady clock, which all processes of one
+// machine share.
 TEST(MpiExecutorTest, ASendEndsOnlyAfterItsReceiverHasStartedIt) {
   if (ranks < 3) GTEST_SKIP() << "the plan needs 3 ranks, not " << ranks;
-  const Plan plan = testing::two_senders_one_receiver_plan(ranks);
+  const Plan plan = testing::relay_busy_sending_plan(ranks);
   const auto compiled = world->compile(plan);
   const DeviceId me = compiled->devices_here().front();
   auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());

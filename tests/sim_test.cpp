@@ -238,12 +238,33 @@ TEST(SimulatorTest, ATwoDeviceExchangeTakesOneTransferNotTwo) {
 TEST(SimulatorTest, TwoSendsFromOneDeviceAreSerialised) {
   Plan plan = plan_on(cluster(1));
   add(plan, op_at(0, OpKind::send, 0, {1}));
-  add(plan, op_at(kBytes, OpKind::send, 0, {2}));      // device 0's send port: after op 0
-  add(plan, op_at(2 * kBytes, OpKind::send, 3, {1}));  // device 1's receive port: after op 0
+  add(plan, op_at(kBytes, OpKind::send, 0, {2}));  // device 0 sends after op 0
   const SimResult r = simulate(plan);
   expect_time(r.ops[1].start_s, S / kDev + kLat);
-  expect_time(r.ops[2].start_s, S / kDev + kLat);
   expect_time(r.time_s, 2 * (S / kDev + kLat));
+}
+
+// Receiving is passive: a device that gets one slice from its own host and one over the NIC
+// receives both at once, sharing its in-link, not one after the other.
+TEST(SimulatorTest, ADeviceReceivesFromSeveralOpsAtOnce) {
+  Plan plan = plan_on(cluster(2));
+  add(plan, op_at(0, OpKind::send, 4, {1}));       // over host 0's NIC in
+  add(plan, op_at(kBytes, OpKind::send, 2, {1}));  // over device links: what the NIC leaves
+  const SimResult r = simulate(plan);
+  EXPECT_EQ(r.ops[1].start_s, 0);
+  expect_time(r.ops[1].end_s, S / (kDev - kNic) + kLat);
+  expect_time(r.time_s, S / kNic + kLat);
+}
+
+// Two senders on different hosts into one host share its NIC in: each at half of it.
+TEST(SimulatorTest, SendsFromTwoHostsIntoOneDeviceShareItsNic) {
+  Plan plan = plan_on(cluster(3));
+  add(plan, op_at(0, OpKind::send, 4, {0}));
+  add(plan, op_at(kBytes, OpKind::send, 8, {0}));
+  const SimResult r = simulate(plan);
+  EXPECT_EQ(r.ops[1].start_s, 0);
+  expect_time(r.ops[0].end_s, 2 * S / kNic + kLat);
+  expect_time(r.ops[1].end_s, 2 * S / kNic + kLat);
 }
 
 TEST(SimulatorTest, ARelayForwardsOnlyAfterItsReceipt) {
@@ -258,7 +279,7 @@ TEST(SimulatorTest, ARelayForwardsOnlyAfterItsReceipt) {
 TEST(SimulatorTest, AnOpWaitsForItsPortsAndTheReceiptsOfWhatItSends) {
   Plan plan = plan_on(cluster(3));
   add(plan, op(OpKind::send, 0, {4}));  // 0: host 0 -> host 1
-  add(plan, op(OpKind::send, 8, {5}));  // 1: device 5 is free, but shares host 1's NIC in
+  add(plan, op(OpKind::send, 8, {5}));  // 1: shares host 1's NIC in with op 0
   add(plan, op(OpKind::send, 4, {9}));  // 2: forwards what op 0 delivers to device 4
   add(plan, op(OpKind::send, 1, {2}));  // 3: independent, inside host 0
   const SimResult r = simulate(plan);

@@ -10,8 +10,6 @@
 namespace meshcast {
 namespace {
 
-enum Port : int { send_port = 0, receive_port = 1 };
-
 struct Receipt {
   Box box;
   int op;
@@ -35,40 +33,33 @@ struct TaskKeyHash {
   }
 };
 
-// Replays the ops in plan order, indexing what each device received per (tensor, task) and which
-// op last used each (device, port), so that each op's dependencies cost a few lookups.
+// Replays the ops in plan order, indexing what each device received per (tensor, task) and the
+// last op each device sends in, so that each op's dependencies cost a few lookups.
 class Tracker {
  public:
   explicit Tracker(const Batch& batch) : batch_(batch), sources_(batch.tensors.size()) {}
 
   std::vector<int> dependencies_of(const Op& op, int k) {
     std::vector<int> deps;
-    const auto use = [&](DeviceId d, Port port) {
-      auto [it, fresh] = last_on_port_.try_emplace(2 * static_cast<int64_t>(d) + port, k);
+    // Only sending is serialised: a device's receives are passive and may overlap.
+    const auto send_from = [&](DeviceId d) {
+      auto [it, fresh] = last_send_.try_emplace(d, k);
       if (!fresh) {
         deps.push_back(it->second);
         it->second = k;
       }
     };
-    const auto use_both = [&](DeviceId d) {
-      use(d, send_port);
-      use(d, receive_port);
-    };
     const int n = static_cast<int>(op.receivers.size());
     switch (op.kind) {
       case OpKind::send:
       case OpKind::broadcast:
-        if (op.sender) use(*op.sender, send_port);
-        for (int i = 0; i < n; ++i) {
-          if (i + 1 < n) use(op.receivers[i], send_port);
-          use(op.receivers[i], receive_port);
-        }
+      case OpKind::copy:
+        if (op.sender) send_from(*op.sender);
+        // A relay (every receiver of a chain but the last) sends what it receives.
+        for (int i = 0; i + 1 < n; ++i) send_from(op.receivers[i]);
         break;
       case OpKind::allgather:
-        for (DeviceId r : op.receivers) use_both(r);
-        break;
-      case OpKind::copy:
-        if (op.sender) use_both(*op.sender);
+        for (DeviceId r : op.receivers) send_from(r);
         break;
     }
     // What the op's devices contribute, held before it starts.
@@ -145,8 +136,8 @@ class Tracker {
   };
 
   const Batch& batch_;
-  std::vector<Source> sources_;                    // per tensor
-  std::unordered_map<int64_t, int> last_on_port_;  // 2 * device + port -> op
+  std::vector<Source> sources_;                  // per tensor
+  std::unordered_map<DeviceId, int> last_send_;  // device -> the last op it sends in
   std::unordered_map<TaskKey, std::vector<Receipt>, TaskKeyHash> received_;
 };
 

@@ -118,9 +118,10 @@ void wait_idly(MPI_Request& request) {
 // boxes for later ops, or scratch memory that packs one op's message.
 enum class Memory { src, dst, staging, scratch };
 // Scratch memory is two areas: one for the ops this rank sends (send, broadcast sender), one for
-// those it receives in (receivers, relays, allgather members). The ops of each area all use this
-// device's send port, or all its receive port, so each waits for the one before it
-// (op_dependencies): two ops in flight at once never share scratch memory.
+// those it receives in (receivers, relays, allgather members). The senders' ops each wait for the
+// previous op this device sends in (op_dependencies); receives are not ordered by the plan, so
+// an op that receives into scratch waits for the previous one here (compile_dependencies): two
+// ops in flight at once never share scratch memory.
 enum ScratchArea { kSendScratch = 0, kReceiveScratch = 1 };
 struct BufferRef {
   Memory memory = Memory::src;
@@ -149,8 +150,10 @@ struct RankOp {
   int64_t chunk = 0;  // chain: bytes per pipelined piece
   int prev = -1;      // chain neighbours, -1 at the ends
   int next = -1;
+  bool next_remote = false;         // chain: the next device is on another host
   MPI_Comm comm = MPI_COMM_NULL;    // bcast, allgather
   std::vector<int> counts, displs;  // allgather: bytes of each member's part in the message
+  bool receive_scratch = false;     // receives into the receive scratch area
   int chunks() const { return static_cast<int>((bytes + chunk - 1) / chunk); }
 };
 
@@ -484,8 +487,9 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
 // reuse) that this rank takes part in: the others do not touch its memory, and they finish on
 // the ranks that play them. Its collectives (MPI_Ibcast, MPI_Iallgatherv) also wait for its
 // previous collective, so that every member starts the collectives of one communicator in the
-// same order (plan order). Every wait points to an earlier op, so the earliest unfinished op of
-// the plan has started on all its ranks and finishes: no deadlock.
+// same order (plan order), and an op that receives into scratch memory waits for the previous
+// one that does (ScratchArea). Every wait points to an earlier op, so the earliest unfinished op
+// of the plan has started on all its ranks and finishes: no deadlock.
 void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement) {
   const auto deps = execution_dependencies(plan, placement);
   const int ops = static_cast<int>(ops_.size());
@@ -493,19 +497,21 @@ void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement)
   for (int i = 0; i < ops; ++i) local[ops_[i].index] = i;
   std::vector<std::vector<int>> successors(ops);
   initial_deps_.assign(ops, 0);
-  int previous_collective = -1;
+  int previous_collective = -1, previous_receive_scratch = -1;
   size_t requests = 0, chunks = 0;
   for (int i = 0; i < ops; ++i) {
     std::vector<int> waits;
     for (int k : deps[ops_[i].index])
       if (local[k] >= 0) waits.push_back(local[k]);
     const RankOp& op = ops_[i];
-    if (op.action == Action::bcast || op.action == Action::allgather) {
-      if (previous_collective >= 0 &&
-          std::find(waits.begin(), waits.end(), previous_collective) == waits.end())
-        waits.push_back(previous_collective);
-      previous_collective = i;
-    }
+    const auto follow = [&](bool applies, int& previous) {
+      if (!applies) return;
+      if (previous >= 0 && std::find(waits.begin(), waits.end(), previous) == waits.end())
+        waits.push_back(previous);
+      previous = i;
+    };
+    follow(op.action == Action::bcast || op.action == Action::allgather, previous_collective);
+    follow(op.receive_scratch, previous_receive_scratch);
     for (int w : waits) successors[w].push_back(i);
     initial_deps_[i] = static_cast<int>(waits.size());
     chunk_begin_.push_back(static_cast<int>(chunks));
@@ -640,6 +646,7 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
                       op.id, offset, INT_MAX));
     if (n > 1) {
       out.message = scratch(kReceiveScratch, 0, offset);
+      out.receive_scratch = true;
       out.comm = executor_.group({op.receivers.begin(), op.receivers.end()}, out.tag);
     }
     for (int p = 0; p < pieces; ++p)
@@ -662,6 +669,7 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
       // The pieces packed one after the other in the op's order (a bucket).
       const ScratchArea area = me == n ? kSendScratch : kReceiveScratch;
       out.message = scratch(area, 0, out.bytes);
+      out.receive_scratch = area == kReceiveScratch;
       int64_t offset = 0;
       for (int p = 0; p < pieces; ++p) {
         const Piece& piece = op.pieces[p];
@@ -690,6 +698,7 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
     out.chunk = std::clamp<int64_t>(chunk, 1, kMaxMessage);
     out.prev = me == n ? -1 : (me == 0 ? *op.sender : op.receivers[me - 1]);
     out.next = me == n ? op.receivers[0] : (me + 1 < n ? op.receivers[me + 1] : -1);
+    out.next_remote = out.next >= 0 && host(out.next) != host(rank_);
     if (bcast) {
       std::vector<int> members{*op.sender};
       members.insert(members.end(), op.receivers.begin(), op.receivers.end());
@@ -764,11 +773,20 @@ void MpiPlan::pump_chain(int i) {
     std::byte* chunk = message + c * op.chunk;
     const int count = static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk));
     MPI_Request request = MPI_REQUEST_NULL;
+    // The first chunk waits for the next hop to start the op (below: senders wait for their
+    // receivers). The last chunk of a hop to another host goes by MPI_Issend too, so the hop ends
+    // when the next device has matched it, as an op of the plan ends when its bytes have arrived
+    // (docs/executors.md): an eager send completes once its bytes are in the socket, so without it
+    // a rank's next op started at once and a host's ranks put every flow of the plan on its NIC
+    // together (send_recv's 16 flows between two hosts of 4 devices lost ~1000 packets per run at
+    // the emulated NIC's queue, docs/pipeline.md). One handshake per hop, not per chunk.
     if (c == 0) {
       MPI_Issend(chunk, count, MPI_BYTE, op.next, op.tag, executor_.data(), &request);
       post(request, i, RequestOwner::kFirstSend);
     } else {
-      MPI_Isend(chunk, count, MPI_BYTE, op.next, op.tag, executor_.data(), &request);
+      const bool ends_the_hop = op.next_remote && c == op.chunks() - 1;
+      (ends_the_hop ? MPI_Issend : MPI_Isend)(chunk, count, MPI_BYTE, op.next, op.tag,
+                                              executor_.data(), &request);
       post(request, i, RequestOwner::kSend);
     }
     ++p.sends_in_flight;
