@@ -117,12 +117,15 @@ void wait_idly(MPI_Request& request) {
 // Where a rank reads or writes: its tile buffers (given at start), staging memory that holds
 // boxes for later ops, or scratch memory that packs one op's message.
 enum class Memory { src, dst, staging, scratch };
-// Scratch memory is two areas: one for the ops this rank sends (send, broadcast sender), one for
-// those it receives in (receivers, relays, allgather members). The senders' ops each wait for the
-// previous op this device sends in (op_dependencies); receives are not ordered by the plan, so
-// an op that receives into scratch waits for the previous one here (compile_dependencies): two
-// ops in flight at once never share scratch memory.
-enum ScratchArea { kSendScratch = 0, kReceiveScratch = 1 };
+// Scratch memory is three areas: one for the ops this rank sends from (a send's or broadcast's
+// sender), one for those it forwards or gathers in (relays, allgather members), one for those it
+// only receives in (a send's receiver, a broadcast's last receiver). The ops of the first two
+// each wait for the previous op this device sends in (op_dependencies); receipts are not ordered
+// by the plan, so an op that receives into the third area waits for the previous one there
+// (compile_dependencies): two ops in flight at once never share scratch memory, and a receipt
+// never waits for a gather.
+enum ScratchArea { kSendScratch = 0, kForwardScratch = 1, kReceiptScratch = 2 };
+constexpr int kScratchAreas = 3;
 struct BufferRef {
   Memory memory = Memory::src;
   int64_t offset = 0;
@@ -153,7 +156,7 @@ struct RankOp {
   bool next_remote = false;         // chain: the next device is on another host
   MPI_Comm comm = MPI_COMM_NULL;    // bcast, allgather
   std::vector<int> counts, displs;  // allgather: bytes of each member's part in the message
-  bool receive_scratch = false;     // receives into the receive scratch area
+  bool receipt_scratch = false;     // receives into the receipt scratch area
   int chunks() const { return static_cast<int>((bytes + chunk - 1) / chunk); }
 };
 
@@ -231,8 +234,8 @@ class MpiPlan final : public CompiledPlan {
   std::vector<std::byte> staging_memory_;
   std::vector<int64_t> staging_offsets_;  // of this rank's staging boxes
   std::vector<std::byte> scratch_;
-  int64_t scratch_bytes_[2] = {0, 0};
-  int64_t receive_scratch_at_ = 0;  // where the receive area begins in scratch_
+  int64_t scratch_bytes_[kScratchAreas] = {};
+  int64_t scratch_at_[kScratchAreas] = {};  // where each area begins in scratch_
   std::vector<RankOp> ops_;
   // The dependency engine: built by compile, reset by every run, which then allocates nothing.
   std::vector<int> initial_deps_;  // per op: ops of this rank it waits for
@@ -476,10 +479,13 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
   staging_memory_.resize(placement.staging_bytes[rank_]);
   for (int k : placement.ops_of[rank_]) compile_op(plan.ops[k], placement.ops[k], placement, k);
   constexpr int64_t kAlign = 64;
-  receive_scratch_at_ = (scratch_bytes_[kSendScratch] + kAlign - 1) / kAlign * kAlign;
-  scratch_.resize(scratch_bytes_[kReceiveScratch] > 0
-                      ? receive_scratch_at_ + scratch_bytes_[kReceiveScratch]
-                      : scratch_bytes_[kSendScratch]);
+  int64_t end = 0;
+  for (int area = 0; area < kScratchAreas; ++area) {
+    if (scratch_bytes_[area] == 0) continue;
+    scratch_at_[area] = (end + kAlign - 1) / kAlign * kAlign;
+    end = scratch_at_[area] + scratch_bytes_[area];
+  }
+  scratch_.resize(end);
   compile_dependencies(plan, placement);
 }
 
@@ -487,9 +493,9 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
 // reuse) that this rank takes part in: the others do not touch its memory, and they finish on
 // the ranks that play them. Its collectives (MPI_Ibcast, MPI_Iallgatherv) also wait for its
 // previous collective, so that every member starts the collectives of one communicator in the
-// same order (plan order), and an op that receives into scratch memory waits for the previous
-// one that does (ScratchArea). Every wait points to an earlier op, so the earliest unfinished op
-// of the plan has started on all its ranks and finishes: no deadlock.
+// same order (plan order), and an op that only receives, into scratch memory, waits for the
+// previous one that does (ScratchArea). Every wait points to an earlier op, so the earliest
+// unfinished op of the plan has started on all its ranks and finishes: no deadlock.
 void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement) {
   const auto deps = execution_dependencies(plan, placement);
   const int ops = static_cast<int>(ops_.size());
@@ -497,7 +503,7 @@ void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement)
   for (int i = 0; i < ops; ++i) local[ops_[i].index] = i;
   std::vector<std::vector<int>> successors(ops);
   initial_deps_.assign(ops, 0);
-  int previous_collective = -1, previous_receive_scratch = -1;
+  int previous_collective = -1, previous_receipt_scratch = -1;
   size_t requests = 0, chunks = 0;
   for (int i = 0; i < ops; ++i) {
     std::vector<int> waits;
@@ -511,7 +517,7 @@ void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement)
       previous = i;
     };
     follow(op.action == Action::bcast || op.action == Action::allgather, previous_collective);
-    follow(op.receive_scratch, previous_receive_scratch);
+    follow(op.receipt_scratch, previous_receipt_scratch);
     for (int w : waits) successors[w].push_back(i);
     initial_deps_[i] = static_cast<int>(waits.size());
     chunk_begin_.push_back(static_cast<int>(chunks));
@@ -572,8 +578,7 @@ std::byte* MpiPlan::resolve(const BufferRef& r) const {
     case Memory::staging:
       return const_cast<std::byte*>(staging_memory_.data()) + r.offset;
     case Memory::scratch:
-      return const_cast<std::byte*>(scratch_.data()) +
-             (r.area == kReceiveScratch ? receive_scratch_at_ : 0) + r.offset;
+      return const_cast<std::byte*>(scratch_.data()) + scratch_at_[r.area] + r.offset;
   }
   return nullptr;
 }
@@ -628,10 +633,10 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
         } else if (bytes > 0) {
           const Place& held = at.part_sources[j];
           if (j == me)
-            out.before.push_back({ref(held), scratch(kReceiveScratch, offset, bytes),
+            out.before.push_back({ref(held), scratch(kForwardScratch, offset, bytes),
                                   plan_strided_copy(part, held.box, part, elem_size)});
           if (j != me || held != target)
-            out.after.push_back({scratch(kReceiveScratch, offset, bytes), ref(target),
+            out.after.push_back({scratch(kForwardScratch, offset, bytes), ref(target),
                                  plan_strided_copy(part, part, target.box, elem_size)});
         }
         offset += bytes;
@@ -645,8 +650,7 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
                       "MPI collective can count ({})",
                       op.id, offset, INT_MAX));
     if (n > 1) {
-      out.message = scratch(kReceiveScratch, 0, offset);
-      out.receive_scratch = true;
+      out.message = scratch(kForwardScratch, 0, offset);
       out.comm = executor_.group({op.receivers.begin(), op.receivers.end()}, out.tag);
     }
     for (int p = 0; p < pieces; ++p)
@@ -667,9 +671,11 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
       out.message.offset += offset_in(first, holder(0).box, elem_size_[op.pieces[0].tensor]);
     } else {
       // The pieces packed one after the other in the op's order (a bucket).
-      const ScratchArea area = me == n ? kSendScratch : kReceiveScratch;
+      const ScratchArea area = me == n      ? kSendScratch
+                               : me + 1 < n ? kForwardScratch
+                                            : kReceiptScratch;
       out.message = scratch(area, 0, out.bytes);
-      out.receive_scratch = area == kReceiveScratch;
+      out.receipt_scratch = area == kReceiptScratch;
       int64_t offset = 0;
       for (int p = 0; p < pieces; ++p) {
         const Piece& piece = op.pieces[p];
