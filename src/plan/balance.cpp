@@ -280,7 +280,7 @@ class OrderPlanner {
   // replicated on thousands of hosts is not chained thousands of times). Each holder is probed
   // with one chain to every receiver and, when some receivers share its host and some do not, with
   // a chain to the others followed by one to those on its host: a chain moves at its slowest
-  // (NIC) hop's rate, holding the receive port of every device on it that long, while the device
+  // (NIC) hop's rate, holding every relay on it (a device sends one op at a time), while the device
   // link delivers to a device of the sender's host in a tenth of that. Adds to `work` a unit per
   // holder ranked, two per op probed (building it) and one per device of each op.
   Candidate soonest(const Transfer& t, const Box& slice, const Job& job,

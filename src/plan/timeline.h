@@ -1,7 +1,7 @@
 // Internal to the planner: the analytic cost model balance=order builds its greedy schedules on
-// (each device's send and receive ports and each host NIC direction are serial resources, as the
-// full-duplex execution rule has it). Plans are judged by the simulator's time (estimate()), not by
-// this model.
+// (each device's sending, each device's receiving and each host NIC direction are serial
+// resources; the execution rule serialises only sending, and keeping receipts apart is a heuristic
+// of the search). Plans are judged by the simulator's time (estimate()), not by this model.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@ namespace meshcast::detail {
 double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
 
 // How long an op takes and which serial resources (device ports, NIC directions) it holds
-// meanwhile: the ports op_dependencies orders ops by, plus the NICs its hops cross. Durations are
+// meanwhile: its devices' send and receive ports, plus the NICs its hops cross. Durations are
 // the simulator's for the op alone (OpTimer). Resources are numbered densely over the devices
 // given and their NICs, so tables follow the problem, not the cluster.
 class CostModel {

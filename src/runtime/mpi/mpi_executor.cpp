@@ -36,7 +36,7 @@ constexpr int64_t kMaxMessage = int64_t{1} << 30;
 // goes by MPI_Issend, which completes once the next hop has posted its receive, and later chunks
 // wait for that. Small chunks are eager messages, whose MPI_Isend completes as soon as the bytes
 // are with the transport: without this a sender would push all its ops into the network at
-// once. A receiver takes its ops one after another (its receive port), so the bytes of its later
+// once. A relay takes its ops one after another (it sends in each), so the bytes of its later
 // ops, from other senders, would share its host's NIC with the op it needs now and crowd it out,
 // while the relays that forward that op idle and fall behind (docs/executors.md).
 constexpr int kChainSendsInFlight = 2;
@@ -158,6 +158,7 @@ struct RankOp {
   std::vector<int> counts, displs;  // allgather: bytes of each member's part in the message
   bool receipt_scratch = false;     // receives into the receipt scratch area
   int chunks() const { return static_cast<int>((bytes + chunk - 1) / chunk); }
+  int chunk_count(int c) const { return static_cast<int>(std::min(chunk, bytes - c * chunk)); }
 };
 
 // Where one op of this rank is in a run.
@@ -768,8 +769,8 @@ void MpiPlan::pump_chain(int i) {
          p.next_receive - p.received < kChainReceivesPosted) {
     const int c = p.next_receive++;
     MPI_Request request = MPI_REQUEST_NULL;
-    MPI_Irecv(message + c * op.chunk, static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk)),
-              MPI_BYTE, op.prev, op.tag, executor_.data(), &request);
+    MPI_Irecv(message + c * op.chunk, op.chunk_count(c), MPI_BYTE, op.prev, op.tag,
+              executor_.data(), &request);
     post(request, i, c);
   }
   while (op.next >= 0 && p.next_send < op.chunks() && p.sends_in_flight < kChainSendsInFlight &&
@@ -777,7 +778,7 @@ void MpiPlan::pump_chain(int i) {
          (op.prev < 0 || chunk_received_[chunk_begin_[i] + p.next_send])) {
     const int c = p.next_send++;
     std::byte* chunk = message + c * op.chunk;
-    const int count = static_cast<int>(std::min(op.chunk, op.bytes - c * op.chunk));
+    const int count = op.chunk_count(c);
     MPI_Request request = MPI_REQUEST_NULL;
     // The first chunk waits for the next hop to start the op (below: senders wait for their
     // receivers). The last chunk of a hop to another host goes by MPI_Issend too, so the hop ends
