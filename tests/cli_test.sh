@@ -95,6 +95,8 @@ check pipeline-run-verify 0 '"verified":true' -- "$MESHCAST" pipeline --config "
 check pipeline-run-verify-no-overlap 0 'eager-1f1b +broadcast +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --no-overlap
 # Interleaved-1F1B: the config's 8 stages are 4 stages x 2 chunks (--chunks 2)
 check pipeline-chunks 0 '^broadcast +interleaved-1f1b +broadcast +yes ' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2
+# The schedule column is as wide as its longest name: "transfer" starts where the rows' do.
+check pipeline-chunks-columns 0 '^method {25}schedule {9}transfer' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2
 check pipeline-chunks-bad 2 "bad --chunks 3: expected a divisor of the config's 8 stages" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 3
 check pipeline-run-interleaved-verify 0 '^broadcast +interleaved-1f1b +broadcast +yes .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --scale 0.25 -m 4
 check pipeline-run-interleaved-verify-no-overlap 0 '^send_recv +interleaved-1f1b +send_recv +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --scale 0.25 -m 4 --no-overlap

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <string_view>
 
 #include "cli_common.h"
 #include "cli_errors.h"
@@ -116,17 +117,31 @@ double peak_bytes(const PipelineResult& r) {
   return peak;
 }
 
+// The method and schedule columns of a table: as wide as their longest entry, and never narrower
+// than the paper's methods need (30 and 11), so that those tables keep one layout.
+struct NameColumns {
+  size_t method = 30;
+  size_t schedule = 11;
+  void fit(std::string_view method_name, std::string_view schedule_name) {
+    method = std::max(method, method_name.size());
+    schedule = std::max(schedule, schedule_name.size());
+  }
+};
+
 std::string table(const std::vector<Row>& rows, const Row& baseline) {
-  std::string out = fmt::format(
-      "{:<30} {:<11} {:<10} {:<7} {:>11} {:>11} {:>8} {:>7} {:>8} {:>11}\n", "method", "schedule",
-      "transfer", "overlap", "makespan_s", "samples/s", "vs alpa", "bubble", "peak_mb", "peak_act");
+  NameColumns w;
+  for (const auto& r : rows) w.fit(r.variant.name, to_string(r.variant.kind));
+  std::string out =
+      fmt::format("{:<{}} {:<{}} {:<10} {:<7} {:>11} {:>11} {:>8} {:>7} {:>8} {:>11}\n", "method",
+                  w.method, "schedule", w.schedule, "transfer", "overlap", "makespan_s",
+                  "samples/s", "vs alpa", "bubble", "peak_mb", "peak_act");
   for (const auto& r : rows)
     out += fmt::format(
-        "{:<30} {:<11} {:<10} {:<7} {:>11.4f} {:>11.2f} {:>+7.1f}% {:>6.1f}% {:>8} {:>11}\n",
-        r.variant.name, to_string(r.variant.kind), to_string(r.variant.transfer),
-        r.variant.overlap ? "yes" : "no", r.result.makespan_s, r.samples_per_s,
-        100 * (r.samples_per_s / baseline.samples_per_s - 1), 100 * r.result.bubble_fraction,
-        peak_microbatches(r.result),
+        "{:<{}} {:<{}} {:<10} {:<7} {:>11.4f} {:>11.2f} {:>+7.1f}% {:>6.1f}% {:>8} {:>11}\n",
+        r.variant.name, w.method, to_string(r.variant.kind), w.schedule,
+        to_string(r.variant.transfer), r.variant.overlap ? "yes" : "no", r.result.makespan_s,
+        r.samples_per_s, 100 * (r.samples_per_s / baseline.samples_per_s - 1),
+        100 * r.result.bubble_fraction, peak_microbatches(r.result),
         peak_bytes(r.result) > 0 ? human_bytes(peak_bytes(r.result)) : "-");
   return out;
 }
@@ -218,10 +233,12 @@ std::string played_table(const PipelineVerbOptions& o, const std::vector<Played>
   const Played* alpa = nullptr;
   for (const auto& p : rows)
     if (p.simulated.variant.name == "allgather (alpa)") alpa = &p;
+  NameColumns w;
+  for (const auto& p : rows) w.fit(p.simulated.variant.name, to_string(p.simulated.schedule.kind));
   std::string out =
-      fmt::format("{:<30} {:<11} {:<10} {:<7} {:>11} {:>11} {:>6} {:>9} {:>9} {:>8}\n", "method",
-                  "schedule", "transfer", "overlap", "measured_s", "simulated_s", "ratio",
-                  "gain_meas", "gain_sim", "verified");
+      fmt::format("{:<{}} {:<{}} {:<10} {:<7} {:>11} {:>11} {:>6} {:>9} {:>9} {:>8}\n", "method",
+                  w.method, "schedule", w.schedule, "transfer", "overlap", "measured_s",
+                  "simulated_s", "ratio", "gain_meas", "gain_sim", "verified");
   for (const auto& p : rows) {
     const double measured = p.measured.measured.makespan_s;
     const double simulated = p.simulated.result.makespan_s;
@@ -230,8 +247,8 @@ std::string played_table(const PipelineVerbOptions& o, const std::vector<Played>
     };
     const auto v = verified(o, p.measured);
     out += fmt::format(
-        "{:<30} {:<11} {:<10} {:<7} {:>11.4f} {:>11.4f} {:>6.3f} {:>9} {:>9} {:>8}\n",
-        p.simulated.variant.name, to_string(p.simulated.schedule.kind),
+        "{:<{}} {:<{}} {:<10} {:<7} {:>11.4f} {:>11.4f} {:>6.3f} {:>9} {:>9} {:>8}\n",
+        p.simulated.variant.name, w.method, to_string(p.simulated.schedule.kind), w.schedule,
         to_string(p.simulated.variant.transfer), p.simulated.variant.overlap ? "yes" : "no",
         measured, simulated, simulated > 0 ? measured / simulated : 0.0,
         alpa ? gain(alpa->measured.measured.makespan_s, measured) : "-",
