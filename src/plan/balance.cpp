@@ -301,7 +301,13 @@ class OrderPlanner {
       std::sort(ranked.begin(), ranked.end(),
                 [](const auto& a, const auto& b) { return a.second < b.second; });
     }
-    const auto entry_key = [&](DeviceId r) { return schedule.idle_from(model_.nic(r, true)); };
+    // A host is entered where its NIC frees soonest, at the device whose sending ends soonest:
+    // every device of a chain but the last relays, and a relay sends one op at a time, so a
+    // device with slices of its own to send would send them only after the chain.
+    const auto entry_key = [&](DeviceId r) {
+      return std::pair(schedule.idle_from(model_.nic(r, /*in=*/true)),
+                       schedule.idle_from(model_.port(r, /*in=*/false)));
+    };
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
       Transfer part = t;
       part.receivers = std::move(receivers);
@@ -309,10 +315,19 @@ class OrderPlanner {
       return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, entry_key,
                          [&](int host) { return duties_.of(host); });
     };
+    // Ties (holders on one host, whose NIC the timeline holds whole for each op) go to the holder
+    // whose sending ends soonest: the simulator, like the rule, runs sends of different devices
+    // at once, sharing the NIC, while one device's sends wait for each other.
     std::optional<Candidate> best;
+    double best_sending = 0;
     const auto consider = [&](std::vector<Op> ops) {
       Candidate c = probe(std::move(ops), schedule);
-      if (!best || c.finish < best->finish) best = std::move(c);
+      const double sending = schedule.idle_from(model_.port(*c.ops[0].sender, /*in=*/false));
+      if (!best || c.finish < best->finish ||
+          (c.finish == best->finish && sending < best_sending)) {
+        best = std::move(c);
+        best_sending = sending;
+      }
     };
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];

@@ -214,7 +214,7 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
                const Batch& batch, int64_t chunk_bytes,
-               const std::function<double(DeviceId)>& entry_key,
+               const std::function<std::pair<double, double>(DeviceId)>& entry_key,
                const std::function<double(int)>& last_key) {
   const Cluster& cluster = batch.cluster;
   const int element = element_size(batch, job.tensor);
@@ -226,8 +226,9 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int hb = cluster.host_of(b);
     return std::pair(ha != home, ha) < std::pair(hb != home, hb);
   });
-  // Each other host is entered at its device of smallest key (its NIC free soonest), the rest of
-  // its devices following in cyclic order: with several NICs per host, chains spread over them.
+  // Each other host is entered at its device of smallest key (its NIC free soonest, then its own
+  // sending done soonest), the rest of its devices following in cyclic order: with several NICs
+  // per host, chains spread over them.
   if (entry_key)
     for (auto group = chain.begin(); group != chain.end();) {
       const int host = cluster.host_of(*group);
@@ -235,9 +236,9 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
           std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
       if (host != home) {
         auto entry = group;
-        double best = entry_key(*group);
+        auto best = entry_key(*group);
         for (auto it = std::next(group); it != end; ++it)
-          if (const double key = entry_key(*it); key < best) {
+          if (const auto key = entry_key(*it); key < best) {
             best = key;
             entry = it;
           }
