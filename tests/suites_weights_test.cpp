@@ -185,6 +185,20 @@ TEST(WeightsTest, RowsShareTheBoundAndNoMethodBeatsIt) {
   EXPECT_GE(rows[3].network_bytes, rows[0].network_bytes);
 }
 
+// Hosts of 8 devices on 4 NICs: each serving host needs the whole model once, so the joint plan's
+// chains must enter every host on all four NICs in turn (a chain enters at a device of the NIC
+// free soonest, on ties the first NIC, and leaves from the NIC before it): choosing among the
+// NICs by which device's sending ends soonest left two of them idle (1.39x the bound).
+TEST(WeightsTest, JointChainsSpreadOverEveryNicOfAHost) {
+  const ModelConfig config{.hidden = 2048, .layers = 4, .heads = 16, .ffn = 4096, .vocab = 4000};
+  Cluster cluster = paper_cluster(1);
+  cluster.devices_per_host = 8;
+  cluster.nics_per_host = 4;
+  const Batch batch = model_batch(config, {.tp = 8, .pp = 2}, {.tp = 4, .replicas = 4}, cluster);
+  const Plan plan = make_plan(batch, {.strategy = Strategy::broadcast});
+  EXPECT_LE(simulate(plan).time_s / plan.lower_bound_s, 1.10);
+}
+
 // A model shrunk to fit a testbed keeps its shards even: a weight split 8 ways (tp=8) keeps a
 // dim 0 that is a multiple of 8, so that every serving device, and host, gets the same share.
 TEST(WeightsTest, ShrinkingAModelKeepsEvenShardsEven) {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "meshcast/sim/simulator.h"
 #include "timeline.h"
@@ -180,7 +181,8 @@ class OrderPlanner {
         jobs_(jobs),
         options_(options),
         model_(batch, devices_of(jobs)),
-        duties_(jobs, batch.cluster) {}
+        duties_(jobs, batch.cluster),
+        bucket_bytes_(default_bucket_bytes(batch.cluster)) {}
 
   Decoded decode(const Genome& genome) const {
     Schedule schedule(model_);
@@ -301,12 +303,22 @@ class OrderPlanner {
       std::sort(ranked.begin(), ranked.end(),
                 [](const auto& a, const auto& b) { return a.second < b.second; });
     }
-    // A host is entered where its NIC frees soonest, at the device whose sending ends soonest:
-    // every device of a chain but the last relays, and a relay sends one op at a time, so a
-    // device with slices of its own to send would send them only after the chain.
+    // Which device's sending ends soonest decides between devices that are otherwise alike, but
+    // only for a slice of at least a bucket: a smaller one costs about a latency, and from the
+    // first holder along the same chain as the others it fuses with them into one bucket.
+    const bool spread =
+        slice.volume() * dtype_size(batch_.tensors[job.tensor].tensor.dtype) >= bucket_bytes_;
+    const auto sending_ends = [&](DeviceId d) {
+      return spread ? schedule.idle_from(model_.port(d, /*in=*/false)) : 0.0;
+    };
+    // A host is entered where its NIC frees soonest (on ties its first NIC: with several NICs the
+    // chains spread over them in turn, as transfer_op orders the rest of the host), at the device
+    // of that NIC whose sending ends soonest: every device of a chain but the last relays, and a
+    // relay sends one op at a time, so a device with slices of its own to send would send them
+    // only after the chain.
     const auto entry_key = [&](DeviceId r) {
-      return std::pair(schedule.idle_from(model_.nic(r, /*in=*/true)),
-                       schedule.idle_from(model_.port(r, /*in=*/false)));
+      return std::tuple(schedule.idle_from(model_.nic(r, /*in=*/true)), batch_.cluster.nic_of(r),
+                        sending_ends(r));
     };
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
       Transfer part = t;
@@ -322,7 +334,7 @@ class OrderPlanner {
     double best_sending = 0;
     const auto consider = [&](std::vector<Op> ops) {
       Candidate c = probe(std::move(ops), schedule);
-      const double sending = schedule.idle_from(model_.port(*c.ops[0].sender, /*in=*/false));
+      const double sending = sending_ends(*c.ops[0].sender);
       if (!best || c.finish < best->finish ||
           (c.finish == best->finish && sending < best_sending)) {
         best = std::move(c);
@@ -378,6 +390,7 @@ class OrderPlanner {
   const PlanOptions& options_;
   CostModel model_;
   Duties duties_;
+  int64_t bucket_bytes_;  // the default bucket size (a slice below it costs about a latency)
 };
 
 // Every job's transfers as ops from the senders `choose(job, transfer, parts)` picks (one per part

@@ -214,7 +214,7 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
                const Batch& batch, int64_t chunk_bytes,
-               const std::function<std::pair<double, double>(DeviceId)>& entry_key,
+               const std::function<std::tuple<double, int, double>(DeviceId)>& entry_key,
                const std::function<double(int)>& last_key) {
   const Cluster& cluster = batch.cluster;
   const int element = element_size(batch, job.tensor);
@@ -226,9 +226,9 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int hb = cluster.host_of(b);
     return std::pair(ha != home, ha) < std::pair(hb != home, hb);
   });
-  // Each other host is entered at its device of smallest key (its NIC free soonest, then its own
-  // sending done soonest), the rest of its devices following in cyclic order: with several NICs
-  // per host, chains spread over them.
+  // Each other host is entered at its device of smallest key (the balance mode's choice), the
+  // rest of its devices following in cyclic order: with several NICs per host, chains spread over
+  // them.
   if (entry_key)
     for (auto group = chain.begin(); group != chain.end();) {
       const int host = cluster.host_of(*group);

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "meshcast/plan/plan.h"
@@ -43,7 +43,7 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // with the largest `last_key` (the highest id on ties) comes last, else the one of highest id.
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
                const Batch& batch, int64_t chunk_bytes,
-               const std::function<std::pair<double, double>(DeviceId)>& entry_key = {},
+               const std::function<std::tuple<double, int, double>(DeviceId)>& entry_key = {},
                const std::function<double(int)>& last_key = {});
 
 // The pipelining chunk of broadcast `op`: `chunk_bytes` when > 0 (at most the message), else the
