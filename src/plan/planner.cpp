@@ -57,6 +57,35 @@ bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
   });
 }
 
+// `jobs` with each job whose follow-ups are only copies cut in two: the first half of each of its
+// slices, then the second half (torch.chunk of the longest dimension), as two jobs.
+std::vector<detail::Job> halved(const Batch& batch, const std::vector<detail::Job>& jobs) {
+  std::vector<detail::Job> out;
+  for (const detail::Job& job : jobs) {
+    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
+                                         [](const Op& op) { return op.kind == OpKind::copy; });
+    const bool divisible = std::all_of(
+        job.transfers.begin(), job.transfers.end(),
+        [](const detail::Transfer& t) { return allgather_part(t.slice, 2, 1).volume() > 0; });
+    if (!only_copies || !divisible || job.transfers.empty()) {
+      out.push_back(job);
+      continue;
+    }
+    const int element = dtype_size(batch.tensors[job.tensor].tensor.dtype);
+    for (int half = 0; half < 2; ++half) {
+      detail::Job part{job.tensor, job.task};
+      for (detail::Transfer t : job.transfers) {
+        t.slice = allgather_part(t.slice, 2, half);
+        t.bytes = t.slice.volume() * element;
+        part.transfers.push_back(std::move(t));
+      }
+      if (half == 0) part.then = job.then;
+      out.push_back(std::move(part));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Plan make_plan(const Batch& batch, const PlanOptions& options) {
@@ -92,6 +121,13 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
       split.split = true;
       std::vector<Op> ops = ops_of(batch, jobs, split, plan.balance);
       if (simulate_time(batch, ops).time_s < whole) plan.ops = std::move(ops);
+    }
+  }
+  if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate) {
+    const double current = simulate_time(batch, plan.ops).time_s;
+    if (current > kNearTheBound * plan.lower_bound_s) {
+      std::vector<Op> ops = ops_of(batch, halved(batch, jobs), options, plan.balance);
+      if (simulate_time(batch, ops).time_s < current) plan.ops = std::move(ops);
     }
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
