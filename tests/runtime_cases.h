@@ -219,6 +219,23 @@ inline Plan relay_busy_sending_plan(int devices) {
           hand_op(2, OpKind::copy, second, 2, {2})});
 }
 
+// Two senders into one device's packing memory: devices 0 and 1 hold columns [0, 4) and [4, 8)
+// of a 4x8 float64 tensor that device 2 needs whole, one device per host and `devices` hosts (the
+// others idle). Each column block is contiguous where it is sent from but not where device 2
+// keeps it, so device 2 receives both into scratch memory and unpacks them; it receives
+// passively, from both at once (docs/concepts.md, execution).
+inline Plan two_senders_into_scratch_plan(int devices) {
+  Resharding p;
+  p.tensor = {{4, 8}, DType::float64};
+  p.cluster.hosts = devices;
+  p.cluster.devices_per_host = 1;
+  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("RS0")};
+  p.dst = Layout{Mesh({1}, {2}), ShardingSpec::parse("RR")};
+  p.validate();
+  return plan_of(p, {hand_op(0, OpKind::send, Box{{{0, 4}, {0, 4}}}, 0, {2}),
+                     hand_op(1, OpKind::send, Box{{{0, 4}, {4, 8}}}, 1, {2})});
+}
+
 // All-to-all layouts: Shard(0) -> Shard(1) on the same mesh of all `devices` devices, every
 // device sending to and receiving from every other, on one host, on hosts of 2 and on hosts of
 // 1 device, each planned with every strategy.

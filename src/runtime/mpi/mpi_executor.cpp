@@ -117,15 +117,17 @@ void wait_idly(MPI_Request& request) {
 // Where a rank reads or writes: its tile buffers (given at start), staging memory that holds
 // boxes for later ops, or scratch memory that packs one op's message.
 enum class Memory { src, dst, staging, scratch };
-// Scratch memory is three areas: one for the ops this rank sends from (a send's or broadcast's
-// sender), one for those it forwards or gathers in (relays, allgather members), one for those it
-// only receives in (a send's receiver, a broadcast's last receiver). The ops of the first two
-// each wait for the previous op this device sends in (op_dependencies); receipts are not ordered
-// by the plan, so an op that receives into the third area waits for the previous one there
-// (compile_dependencies): two ops in flight at once never share scratch memory, and a receipt
-// never waits for a gather.
-enum ScratchArea { kSendScratch = 0, kForwardScratch = 1, kReceiptScratch = 2 };
-constexpr int kScratchAreas = 3;
+// Scratch memory is in areas: one for the ops this rank sends from (a send's or broadcast's
+// sender), one for those it forwards or gathers in (relays, allgather members), and one per peer
+// for those it only receives in from that peer (a send's receiver, a broadcast's last receiver,
+// the peer being the previous device of the chain). The ops of the first two each wait for the
+// previous op this device sends in (op_dependencies). Receipts are not ordered by the plan on the
+// receiver, which takes from several peers at once; but a peer sends in one op at a time, so an
+// op that receives from it into its area waits only for the previous one there
+// (compile_dependencies), which the peer's own order makes finish first anyway: two ops in flight
+// at once never share scratch memory, and receipts from different peers never wait for each
+// other (nor for a gather).
+enum ScratchArea { kSendScratch = 0, kForwardScratch = 1, kFirstReceiptScratch = 2 };
 struct BufferRef {
   Memory memory = Memory::src;
   int64_t offset = 0;
@@ -156,7 +158,7 @@ struct RankOp {
   bool next_remote = false;         // chain: the next device is on another host
   MPI_Comm comm = MPI_COMM_NULL;    // bcast, allgather
   std::vector<int> counts, displs;  // allgather: bytes of each member's part in the message
-  bool receipt_scratch = false;     // receives into the receipt scratch area
+  int receipt_area = -1;            // the peer's receipt scratch area it receives into, if any
   int chunks() const { return static_cast<int>((bytes + chunk - 1) / chunk); }
   int chunk_count(int c) const { return static_cast<int>(std::min(chunk, bytes - c * chunk)); }
 };
@@ -210,7 +212,8 @@ class MpiPlan final : public CompiledPlan {
 
  private:
   BufferRef ref(const Place& place) const;
-  BufferRef scratch(ScratchArea area, int64_t offset, int64_t bytes) {
+  BufferRef scratch(int area, int64_t offset, int64_t bytes) {
+    if (scratch_bytes_.size() <= static_cast<size_t>(area)) scratch_bytes_.resize(area + 1, 0);
     scratch_bytes_[area] = std::max(scratch_bytes_[area], offset + bytes);
     return {Memory::scratch, offset, 0, area};
   }
@@ -235,8 +238,9 @@ class MpiPlan final : public CompiledPlan {
   std::vector<std::byte> staging_memory_;
   std::vector<int64_t> staging_offsets_;  // of this rank's staging boxes
   std::vector<std::byte> scratch_;
-  int64_t scratch_bytes_[kScratchAreas] = {};
-  int64_t scratch_at_[kScratchAreas] = {};  // where each area begins in scratch_
+  std::vector<int64_t> scratch_bytes_ = std::vector<int64_t>(kFirstReceiptScratch, 0);  // per area
+  std::vector<int64_t> scratch_at_;     // where each area begins in scratch_
+  std::map<int, int> receipt_area_of_;  // peer rank -> its receipt scratch area
   std::vector<RankOp> ops_;
   // The dependency engine: built by compile, reset by every run, which then allocates nothing.
   std::vector<int> initial_deps_;  // per op: ops of this rank it waits for
@@ -481,7 +485,8 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
   for (int k : placement.ops_of[rank_]) compile_op(plan.ops[k], placement.ops[k], placement, k);
   constexpr int64_t kAlign = 64;
   int64_t end = 0;
-  for (int area = 0; area < kScratchAreas; ++area) {
+  scratch_at_.assign(scratch_bytes_.size(), 0);
+  for (size_t area = 0; area < scratch_bytes_.size(); ++area) {
     if (scratch_bytes_[area] == 0) continue;
     scratch_at_[area] = (end + kAlign - 1) / kAlign * kAlign;
     end = scratch_at_[area] + scratch_bytes_[area];
@@ -495,8 +500,8 @@ MpiPlan::MpiPlan(const Plan& plan, MpiExecutor& executor, int slot)
 // the ranks that play them. Its collectives (MPI_Ibcast, MPI_Iallgatherv) also wait for its
 // previous collective, so that every member starts the collectives of one communicator in the
 // same order (plan order), and an op that only receives, into scratch memory, waits for the
-// previous one that does (ScratchArea). Every wait points to an earlier op, so the earliest
-// unfinished op of the plan has started on all its ranks and finishes: no deadlock.
+// previous one that does from the same peer (ScratchArea). Every wait points to an earlier op, so
+// the earliest unfinished op of the plan has started on all its ranks and finishes: no deadlock.
 void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement) {
   const auto deps = execution_dependencies(plan, placement);
   const int ops = static_cast<int>(ops_.size());
@@ -504,7 +509,8 @@ void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement)
   for (int i = 0; i < ops; ++i) local[ops_[i].index] = i;
   std::vector<std::vector<int>> successors(ops);
   initial_deps_.assign(ops, 0);
-  int previous_collective = -1, previous_receipt_scratch = -1;
+  int previous_collective = -1;
+  std::vector<int> previous_receipt(scratch_bytes_.size(), -1);  // per receipt scratch area
   size_t requests = 0, chunks = 0;
   for (int i = 0; i < ops; ++i) {
     std::vector<int> waits;
@@ -518,7 +524,7 @@ void MpiPlan::compile_dependencies(const Plan& plan, const Placement& placement)
       previous = i;
     };
     follow(op.action == Action::bcast || op.action == Action::allgather, previous_collective);
-    follow(op.receipt_scratch, previous_receipt_scratch);
+    if (op.receipt_area >= 0) follow(true, previous_receipt[op.receipt_area]);
     for (int w : waits) successors[w].push_back(i);
     initial_deps_[i] = static_cast<int>(waits.size());
     chunk_begin_.push_back(static_cast<int>(chunks));
@@ -672,11 +678,13 @@ void MpiPlan::compile_op(const Op& op, const OpPlacement& placed, const Placemen
       out.message.offset += offset_in(first, holder(0).box, elem_size_[op.pieces[0].tensor]);
     } else {
       // The pieces packed one after the other in the op's order (a bucket).
-      const ScratchArea area = me == n      ? kSendScratch
-                               : me + 1 < n ? kForwardScratch
-                                            : kReceiptScratch;
+      int area = me == n ? kSendScratch : kForwardScratch;
+      if (me + 1 == n) {  // receives only: the area of the peer it receives from
+        const int peer = me == 0 ? *op.sender : op.receivers[me - 1];
+        const int next_area = kFirstReceiptScratch + static_cast<int>(receipt_area_of_.size());
+        area = out.receipt_area = receipt_area_of_.try_emplace(peer, next_area).first->second;
+      }
       out.message = scratch(area, 0, out.bytes);
-      out.receipt_scratch = area == kReceiptScratch;
       int64_t offset = 0;
       for (int p = 0; p < pieces; ++p) {
         const Piece& piece = op.pieces[p];
