@@ -2,8 +2,8 @@
 # The emulated cluster end to end (CTest label emucluster): 3 hosts x 4 ranks on shaped NICs; MPI
 # sees 3 nodes, calibration finds the shaped rate and shared memory inside a host, paper case 7
 # (scaled down) arrives intact with send_recv and broadcast under the MPI backend, also with 1% of
-# the packets lost (--loss-pct), and nothing (namespace, veth, bridge, process) is left behind,
-# even on failure.
+# the packets lost (--loss-pct) and on fair NICs (--nic-queue fair), and nothing (namespace, veth,
+# bridge, process) is left behind, even on failure.
 # Usage: emucluster_test.sh path/to/scripts/emucluster path/to/meshcast
 # Exit 77 (CTest: skipped) with the reason printed when the machine cannot host the testbed.
 set -u
@@ -166,3 +166,13 @@ for ((i = 0; i < HOSTS; i++)); do
     awk '/^qdisc clsact/ {c = 1} c && /dropped/ {sub(",", "", $7); print $7; exit}')))
 done
 if ((dropped > 0)); then pass "1% loss: $dropped packets dropped"; else fail "1% loss: no packet was dropped"; fi
+
+# --- fair NICs (--nic-queue fair): each flow has a queue of its own --------------------------------
+# Case 7 again, every element right; host 0 sends it over several connections, which must have
+# gone through several of its NIC's queues, not one.
+"$EMU" --name "$NAME" down
+bring_up --nic-queue fair
+verify_case7 " on fair NICs"
+queues=$(ip netns exec "$NAME-h0" tc -s class show dev eth0 |
+  awk '/^class htb 1:[0-9a-f]+ parent 1:1 / {leaf = 1; next} leaf && /Sent/ {if ($2 > 0) n++; leaf = 0} END {print n + 0}')
+if ((queues > 1)); then pass "fair NIC: host 0's flows went through $queues queues"; else fail "fair NIC: host 0's traffic went through $queues queue(s), expected one per flow"; fi
