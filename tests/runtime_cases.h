@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "meshcast/plan/planner.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
+#include "meshcast/tasks/batch.h"
 
 namespace meshcast::testing {
 
@@ -255,6 +257,43 @@ inline std::vector<Plan> all_to_all_plans_on(int devices) {
     for (const PlanOptions& o : every_strategy()) plans.push_back(make_plan(p, o));
   }
   return plans;
+}
+
+// Plans in which the planner forwards a slice host by host: on `devices` devices, 1 and 2 to a
+// host (3 hosts at least), `(n,g) S1S0R -> (n,1) RRS1` of a 1000x7x12 float32 tensor: every host
+// of the destination needs what the others hold, and chains through all of them would share
+// relays, so the slices go round the hosts as sends, each from the device that received it last
+// (docs/concepts.md#plan; random suite seed 7 r20, shrunk).
+inline std::vector<Plan> forwarding_plans_on(int devices) {
+  std::vector<Plan> plans;
+  for (int per_host : {1, 2}) {
+    const int hosts = devices / per_host;
+    if (devices % per_host != 0 || hosts < 3) continue;
+    Resharding p;
+    p.tensor = {{1000, 7, 12}, DType::float32};
+    p.cluster.hosts = hosts;
+    p.cluster.devices_per_host = per_host;
+    p.src = Layout{Mesh::placed({hosts, per_host}, 0, per_host), ShardingSpec::parse("S1S0R")};
+    p.dst = Layout{Mesh::placed({hosts, 1}, 0, per_host), ShardingSpec::parse("RRS1")};
+    p.validate();
+    plans.push_back(make_plan(p));
+  }
+  return plans;
+}
+
+// Sends and broadcasts whose sender holds the piece through an earlier receipt (it is not one of
+// its unit task's senders).
+inline int forwarded_ops_in(const std::vector<Plan>& plans) {
+  int forwarded = 0;
+  for (const Plan& plan : plans) {
+    const auto tasks = decompose(plan.batch);
+    for (const Op& op : plan.ops) {
+      if (op.kind != OpKind::send && op.kind != OpKind::broadcast) continue;
+      const auto& senders = tasks[op.pieces[0].tensor][op.pieces[0].task].senders;
+      forwarded += std::find(senders.begin(), senders.end(), *op.sender) == senders.end();
+    }
+  }
+  return forwarded;
 }
 
 // Plans no strategy makes but a valid plan may: relays outside the destination mesh that keep

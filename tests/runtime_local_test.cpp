@@ -96,6 +96,17 @@ TEST(LocalExecutorTest, ExchangesAndAllToAllsDeliverEveryElement) {
   }
 }
 
+TEST(LocalExecutorTest, SlicesForwardedHostByHostDeliverEveryElement) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  for (int devices : {3, 4, 6, 8}) {
+    const auto plans = testing::forwarding_plans_on(devices);
+    EXPECT_GT(testing::forwarded_ops_in(plans), 0) << devices << " devices";
+    for (const Plan& plan : plans)
+      ASSERT_EQ(testing::play_and_count_errors(*executor, plan), 0)
+          << devices << " devices, " << plan.batch.cluster.devices_per_host << " per host";
+  }
+}
+
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in
 // flight together (one after the other, as when a device played one op at a time, would give 1).
 TEST(LocalExecutorTest, ADeviceSendsAndReceivesAtOnce) {

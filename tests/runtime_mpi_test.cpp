@@ -133,6 +133,17 @@ TEST(MpiExecutorTest, ExchangesAndAllToAllsDeliverEveryElement) {
   }
 }
 
+TEST(MpiExecutorTest, SlicesForwardedHostByHostDeliverEveryElement) {
+  const auto plans = testing::forwarding_plans_on(ranks);
+  // 3, 4 and 6 ranks give forwarding plans (the planner's choice, far from the bound otherwise).
+  if (ranks == 3 || ranks == 4 || ranks == 6) {
+    EXPECT_GT(testing::forwarded_ops_in(plans), 0);
+  }
+  for (const Plan& plan : plans)
+    ASSERT_EQ(testing::play_and_count_errors(*world, plan), 0)
+        << plan.batch.cluster.devices_per_host << " per host";
+}
+
 // Ranks 0 and 1 of an exchange each send to the other while receiving from it: both sends are in
 // flight at once on each of them (playing one op at a time would give 1).
 TEST(MpiExecutorTest, ARankSendsAndReceivesAtOnce) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -176,13 +177,23 @@ class Duties {
 
 class OrderPlanner {
  public:
-  OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options)
+  OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options,
+               Shape shape)
       : batch_(batch),
         jobs_(jobs),
         options_(options),
+        shape_(shape),
+        bucket_bytes_(default_bucket_bytes(batch.cluster)),
         model_(batch, devices_of(jobs)),
         duties_(jobs, batch.cluster),
-        bucket_bytes_(default_bucket_bytes(batch.cluster)) {}
+        own_begin_(jobs.size() + 1, 0) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      for (const Transfer& t : jobs[j].transfers)
+        if (t.candidates.size() == 1)
+          own_.emplace_back(model_.device_index(t.candidates[0]), static_cast<double>(t.bytes));
+      own_begin_[j + 1] = static_cast<int>(own_.size());
+    }
+  }
 
   Decoded decode(const Genome& genome) const {
     Schedule schedule(model_);
@@ -195,12 +206,18 @@ class OrderPlanner {
     for (int j : genome.order)
       for (const Op& op : jobs_[j].then)
         if (op.kind == OpKind::copy) record(schedule.insert(model_.cost_of(op), 0), op, placed);
+    // Bytes each device must still send as the only holder, in the jobs not placed yet.
+    std::vector<double> own_left(model_.devices(), 0);
+    for (const auto& [d, bytes] : own_) own_left[d] += bytes;
     for (int j : genome.order) {
       const Job& job = jobs_[j];
       bool did_split = false;
       double done = 0;  // an allgather waits for the transfers of its parts
+      for (int k = own_begin_[j]; k < own_begin_[j + 1]; ++k)
+        own_left[own_[k].first] -= own_[k].second;
       for (const Transfer& t : job.transfers)
-        did_split |= place_transfer(t, job, genome.split[j], schedule, placed, done, out.work);
+        did_split |=
+            place_transfer(t, job, genome.split[j], schedule, own_left, placed, done, out.work);
       if (genome.split[j] == SplitChoice::automatic)
         out.split[j] = did_split ? SplitChoice::yes : SplitChoice::no;
       for (const Op& op : job.then)
@@ -241,6 +258,8 @@ class OrderPlanner {
   // The ops that deliver one transfer (or one part of it) from one sender, placed in order.
   struct Candidate {
     std::vector<Op> ops;
+    // Per op: the op (an index into ops) whose receipt it forwards, or -1; empty: all -1.
+    std::vector<int> after;
     std::vector<CostModel::Cost> costs;
     std::vector<Slot> slots;  // where each goes, after the ones before it
     double finish = 0;        // when the last of them ends
@@ -248,23 +267,31 @@ class OrderPlanner {
 
   // Where `ops` would go, one after the other, in `schedule` as it is (which is left so: all but
   // the last are inserted while the next is probed, then removed).
-  Candidate probe(std::vector<Op> ops, Schedule& schedule) const {
+  Candidate probe(std::vector<Op> ops, std::vector<int> after, Schedule& schedule) const {
     Candidate c;
     c.ops = std::move(ops);
+    c.after = std::move(after);
     for (size_t i = 0; i < c.ops.size(); ++i) {
       c.costs.push_back(model_.cost_of(c.ops[i]));
       const bool last = i + 1 == c.ops.size();
-      c.slots.push_back(last ? schedule.probe(c.costs[i], 0) : schedule.insert(c.costs[i], 0));
+      const double release = release_of(c, i);
+      c.slots.push_back(last ? schedule.probe(c.costs[i], release)
+                             : schedule.insert(c.costs[i], release));
       c.finish = std::max(c.finish, c.slots[i].finish);
     }
     for (size_t i = c.ops.size() - 1; i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
     return c;
   }
 
+  // When op `i` of `c` may start: once the receipt it forwards has ended.
+  static double release_of(const Candidate& c, size_t i) {
+    return c.after.empty() || c.after[i] < 0 ? 0 : c.slots[c.after[i]].finish;
+  }
+
   static void insert(Candidate& c, Schedule& schedule) {
     c.finish = 0;
     for (size_t i = 0; i < c.ops.size(); ++i) {
-      c.slots[i] = schedule.insert(c.costs[i], 0);
+      c.slots[i] = schedule.insert(c.costs[i], release_of(c, i));
       c.finish = std::max(c.finish, c.slots[i].finish);
     }
   }
@@ -286,7 +313,8 @@ class OrderPlanner {
   // link delivers to a device of the sender's host in a tenth of that. Adds to `work` a unit per
   // holder ranked, two per op probed (building it) and one per device of each op.
   Candidate soonest(const Transfer& t, const Box& slice, const Job& job,
-                    const std::vector<int>& used, Schedule& schedule, int64_t& work) const {
+                    const std::vector<int>& used, Schedule& schedule,
+                    const std::vector<double>& own_left, int64_t& work) const {
     constexpr size_t kProbed = 8;
     std::vector<std::pair<double, int>> ranked;  // (idle from, index into candidates)
     for (int i = 0; i < static_cast<int>(t.candidates.size()); ++i) {
@@ -305,35 +333,43 @@ class OrderPlanner {
     }
     // Which device's sending ends soonest decides between devices that are otherwise alike, but
     // only for a slice of at least a bucket: a smaller one costs about a latency, and from the
-    // first holder along the same chain as the others it fuses with them into one bucket.
+    // first holder along the same chain as the others it fuses with them into one bucket. A
+    // device's sending ends after its busy send port and then its own slices still to place (the
+    // bytes only it holds, at its NIC's rate).
     const bool spread =
         slice.volume() * dtype_size(batch_.tensors[job.tensor].tensor.dtype) >= bucket_bytes_;
     const auto sending_ends = [&](DeviceId d) {
-      return spread ? schedule.idle_from(model_.port(d, /*in=*/false)) : 0.0;
+      return spread ? schedule.idle_from(model_.port(d, /*in=*/false)) +
+                          own_left[model_.device_index(d)] /
+                              batch_.cluster.single_nic_bandwidth_of(batch_.cluster.host_of(d))
+                    : 0.0;
     };
     // A host is entered where its NIC frees soonest (on ties its first NIC: with several NICs the
     // chains spread over them in turn, as transfer_op orders the rest of the host), at the device
     // of that NIC whose sending ends soonest: every device of a chain but the last relays, and a
     // relay sends one op at a time, so a device with slices of its own to send would send them
-    // only after the chain.
+    // only after the chain. For the same reason the last host's device whose sending ends last
+    // ends the chain, where it only receives.
     const auto entry_key = [&](DeviceId r) {
       return std::tuple(schedule.idle_from(model_.nic(r, /*in=*/true)), batch_.cluster.nic_of(r),
                         sending_ends(r));
     };
+    const ChainKeys keys{
+        entry_key, [&](int host) { return duties_.of(host); },
+        spread ? std::function<double(DeviceId)>(sending_ends) : std::function<double(DeviceId)>{}};
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
       Transfer part = t;
       part.receivers = std::move(receivers);
       work += 2 + static_cast<int64_t>(part.receivers.size());
-      return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, entry_key,
-                         [&](int host) { return duties_.of(host); });
+      return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, keys);
     };
     // Ties (holders on one host, whose NIC the timeline holds whole for each op) go to the holder
     // whose sending ends soonest: the simulator, like the rule, runs sends of different devices
     // at once, sharing the NIC, while one device's sends wait for each other.
     std::optional<Candidate> best;
     double best_sending = 0;
-    const auto consider = [&](std::vector<Op> ops) {
-      Candidate c = probe(std::move(ops), schedule);
+    const auto consider = [&](std::vector<Op> ops, std::vector<int> after) {
+      Candidate c = probe(std::move(ops), std::move(after), schedule);
       const double sending = sending_ends(*c.ops[0].sender);
       if (!best || c.finish < best->finish ||
           (c.finish == best->finish && sending < best_sending)) {
@@ -341,14 +377,42 @@ class OrderPlanner {
         best_sending = sending;
       }
     };
+    const Cluster& cluster = batch_.cluster;
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];
-      consider({op_to(t.receivers, sender)});
-      std::vector<DeviceId> home, away;
-      for (DeviceId r : t.receivers)
-        (batch_.cluster.host_of(r) == batch_.cluster.host_of(sender) ? home : away).push_back(r);
-      if (!home.empty() && !away.empty())
-        consider({op_to(std::move(away), sender), op_to(std::move(home), sender)});
+      const int home_host = cluster.host_of(sender);
+      if (shape_ == Shape::chains) {
+        consider({op_to(t.receivers, sender)}, {});
+        std::vector<DeviceId> home, away;
+        for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
+        if (!home.empty() && !away.empty())
+          consider({op_to(std::move(away), sender), op_to(std::move(home), sender)}, {});
+        continue;
+      }
+      // The receivers by host: the sender's host first, then the others in cyclic order of host
+      // id from the sender's, so that holders on different hosts start on different hosts.
+      std::map<int, std::vector<DeviceId>> by_host;
+      for (DeviceId r : t.receivers) by_host[cluster.host_of(r)].push_back(r);
+      std::vector<std::vector<DeviceId>> groups;
+      if (auto it = by_host.find(home_host); it != by_host.end()) groups.push_back(it->second);
+      for (auto it = by_host.upper_bound(home_host); it != by_host.end(); ++it)
+        groups.push_back(it->second);
+      for (auto it = by_host.begin(); it != by_host.end() && it->first < home_host; ++it)
+        groups.push_back(it->second);
+      std::vector<Op> ops;
+      std::vector<int> after;
+      DeviceId from = sender;
+      int from_op = -1;
+      for (std::vector<DeviceId>& group : groups) {
+        const bool home = cluster.host_of(group[0]) == home_host;
+        ops.push_back(op_to(std::move(group), home ? sender : from));
+        after.push_back(home ? -1 : from_op);
+        if (shape_ == Shape::relayed && !home) {
+          from = ops.back().receivers.back();
+          from_op = static_cast<int>(ops.size()) - 1;
+        }
+      }
+      consider(std::move(ops), std::move(after));
     }
     return std::move(*best);
   }
@@ -356,17 +420,19 @@ class OrderPlanner {
   // Places one transfer whole or split; returns whether it was split. `done` grows to the
   // latest finish, `work` by the probes.
   bool place_transfer(const Transfer& t, const Job& job, SplitChoice choice, Schedule& schedule,
-                      std::vector<Placed>& placed, double& done, int64_t& work) const {
+                      const std::vector<double>& own_left, std::vector<Placed>& placed,
+                      double& done, int64_t& work) const {
     const int parts = options_.split && choice != SplitChoice::no
                           ? split_parts(t, holder_hosts(t, batch_.cluster))
                           : 1;
-    Candidate whole = soonest(t, t.slice, job, {}, schedule, work);
+    Candidate whole = soonest(t, t.slice, job, {}, schedule, own_left, work);
     if (parts > 1) {
       std::vector<Candidate> pieces;
       std::vector<int> used;
       double finish = 0;
       for (int i = 0; i < parts; ++i) {
-        Candidate piece = soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, work);
+        Candidate piece =
+            soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, own_left, work);
         used.push_back(batch_.cluster.host_of(*piece.ops[0].sender));
         insert(piece, schedule);
         finish = std::max(finish, piece.finish);
@@ -388,9 +454,14 @@ class OrderPlanner {
   const Batch& batch_;
   const std::vector<Job>& jobs_;
   const PlanOptions& options_;
+  Shape shape_;
+  int64_t bucket_bytes_;  // the default bucket size (a slice below it costs about a latency)
   CostModel model_;
   Duties duties_;
-  int64_t bucket_bytes_;  // the default bucket size (a slice below it costs about a latency)
+  // (device index, bytes) of each slice that one device alone holds: job j's are own_[k] for k
+  // in [own_begin_[j], own_begin_[j + 1]).
+  std::vector<std::pair<int, double>> own_;
+  std::vector<int> own_begin_;
 };
 
 // Every job's transfers as ops from the senders `choose(job, transfer, parts)` picks (one per part
@@ -457,8 +528,8 @@ std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
 }
 
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
-                              const PlanOptions& options) {
-  const OrderPlanner planner(batch, jobs, options);
+                              const PlanOptions& options, Shape shape) {
+  const OrderPlanner planner(batch, jobs, options, shape);
   const int n = static_cast<int>(jobs.size());
 
   // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first). A

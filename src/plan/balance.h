@@ -14,10 +14,17 @@ std::vector<Op> balance_none(const Batch& batch, const std::vector<Job>& jobs,
 // Holder on the host whose NIC has sent the fewest bytes so far, jobs in task order.
 std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
                              const PlanOptions& options);
+// How balance order delivers one slice to receivers on several hosts.
+enum class Shape {
+  chains,    // one chain through every receiving host (or that and a separate op to the sender's)
+  per_host,  // one op from the sender to each host's receivers
+  relayed,   // one op per host, each from the last receiver of the host before (store and forward)
+};
+
 // Greedy list scheduling on the Timeline cost model (largest jobs first, each transfer from the
 // holder that finishes it soonest), then a bounded search over job order and split choices that
 // keeps the best plan found; ops in start order.
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
-                              const PlanOptions& options);
+                              const PlanOptions& options, Shape shape = Shape::chains);
 
 }  // namespace meshcast::detail

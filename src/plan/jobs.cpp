@@ -213,9 +213,7 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 }
 
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
-               const Batch& batch, int64_t chunk_bytes,
-               const std::function<std::tuple<double, int, double>(DeviceId)>& entry_key,
-               const std::function<double(int)>& last_key) {
+               const Batch& batch, int64_t chunk_bytes, const ChainKeys& keys) {
   const Cluster& cluster = batch.cluster;
   const int element = element_size(batch, job.tensor);
   const int home = cluster.host_of(sender);
@@ -226,19 +224,21 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int hb = cluster.host_of(b);
     return std::pair(ha != home, ha) < std::pair(hb != home, hb);
   });
+  const auto group_end = [&](std::vector<DeviceId>::iterator group) {
+    const int host = cluster.host_of(*group);
+    return std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
+  };
   // Each other host is entered at its device of smallest key (the balance mode's choice), the
   // rest of its devices following in cyclic order: with several NICs per host, chains spread over
   // them.
-  if (entry_key)
+  if (keys.entry)
     for (auto group = chain.begin(); group != chain.end();) {
-      const int host = cluster.host_of(*group);
-      const auto end =
-          std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
-      if (host != home) {
+      const auto end = group_end(group);
+      if (cluster.host_of(*group) != home && end - group > 1) {
         auto entry = group;
-        auto best = entry_key(*group);
+        auto best = keys.entry(*group);
         for (auto it = std::next(group); it != end; ++it)
-          if (const auto key = entry_key(*it); key < best) {
+          if (const auto key = keys.entry(*it); key < best) {
             best = key;
             entry = it;
           }
@@ -246,29 +246,39 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
       }
       group = end;
     }
-  // The other host of largest `last_key` (the last of them on ties) ends the chain: it is the one
-  // host the chain enters that forwards nothing, so it should be the one whose NIC has the most
-  // else to send.
-  if (last_key) {
+  // The other host of largest `last_host` key (the last of them on ties) ends the chain: it is
+  // the one host the chain enters that forwards nothing, so it should be the one whose NIC has
+  // the most else to send.
+  if (keys.last_host) {
     auto last_group = chain.end();
     double most = 0;
     for (auto group = chain.begin(); group != chain.end();) {
       const int host = cluster.host_of(*group);
-      const auto end =
-          std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
+      const auto end = group_end(group);
       if (host != home)
-        if (const double key = last_key(host); last_group == chain.end() || key >= most) {
+        if (const double key = keys.last_host(host); last_group == chain.end() || key >= most) {
           most = key;
           last_group = group;
         }
       group = end;
     }
-    if (last_group != chain.end()) {
-      const int host = cluster.host_of(*last_group);
-      const auto end = std::find_if(last_group, chain.end(),
-                                    [&](DeviceId d) { return cluster.host_of(d) != host; });
-      std::rotate(last_group, end, chain.end());
-    }
+    if (last_group != chain.end()) std::rotate(last_group, group_end(last_group), chain.end());
+  }
+  // Of the last host's devices (but the one it is entered at, from another host), the one with
+  // the most sending ahead ends the chain, where it only receives.
+  if (keys.sending && chain.size() >= 2) {
+    const int host = cluster.host_of(chain.back());
+    auto first = chain.end();
+    while (first != chain.begin() && cluster.host_of(*std::prev(first)) == host) --first;
+    if (host != home) ++first;
+    auto last = std::prev(chain.end());
+    double most = keys.sending(*last);
+    for (auto it = first; it != chain.end(); ++it)
+      if (const double key = keys.sending(*it); key > most) {
+        most = key;
+        last = it;
+      }
+    std::rotate(last, std::next(last), chain.end());
   }
   // (the kind first: the chain is moved into the op)
   const OpKind kind = chain.size() == 1 ? OpKind::send : OpKind::broadcast;

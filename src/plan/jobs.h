@@ -36,15 +36,24 @@ struct Job {
 std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
                            Strategy strategy);
 
+// Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
+struct ChainKeys {
+  // Another host's devices start at the one with the smallest key (the balance mode's choice).
+  std::function<std::tuple<double, int, double>(DeviceId)> entry;
+  // The other host with the largest key comes last (it forwards nothing).
+  std::function<double(int)> last_host;
+  // Of the last host's devices but its entry, the one with the largest key comes last (the one
+  // device of the chain that sends nothing in it): a device with its own sends ahead should not
+  // be held as a relay.
+  std::function<double(DeviceId)> sending;
+};
+
 // The op that moves `slice` (the whole transfer or one part of it) from `sender`: a send for one
 // receiver, else a broadcast chained host by host (the sender's host first, each host's devices
-// consecutive) with `chunk_bytes` (0 = chosen from the cost model). Another host's devices start
-// at the one with the smallest `entry_key` (first on ties), else at the lowest id. The other host
-// with the largest `last_key` (the highest id on ties) comes last, else the one of highest id.
+// consecutive) with `chunk_bytes` (0 = chosen from the cost model). Without `keys`, another host's
+// devices start at the lowest id, and the other host of highest id comes last.
 Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
-               const Batch& batch, int64_t chunk_bytes,
-               const std::function<std::tuple<double, int, double>(DeviceId)>& entry_key = {},
-               const std::function<double(int)>& last_key = {});
+               const Batch& batch, int64_t chunk_bytes, const ChainKeys& keys = {});
 
 // The pipelining chunk of broadcast `op`: `chunk_bytes` when > 0 (at most the message), else the
 // cost model's best for its chain, in whole elements of `element_size` bytes.

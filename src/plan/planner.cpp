@@ -47,6 +47,16 @@ std::vector<Op> ops_of(const Batch& batch, const std::vector<detail::Job>& jobs,
   return detail::balance_order(batch, jobs, options);
 }
 
+// Whether some transfer has receivers on several hosts: only then do chains differ from one op per
+// host.
+bool any_spread(const Batch& batch, const std::vector<detail::Job>& jobs) {
+  return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
+    return std::any_of(job.transfers.begin(), job.transfers.end(), [&](const detail::Transfer& t) {
+      return detail::hosts_of(t.receivers, batch.cluster).size() > 1;
+    });
+  });
+}
+
 bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
   return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
     return std::any_of(job.transfers.begin(), job.transfers.end(), [&](const detail::Transfer& t) {
@@ -108,27 +118,35 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   plan.balance = effective_balance(options);
   plan.lower_bound_s = lower_bound(batch, tasks);
   plan.ops = ops_of(batch, jobs, options, plan.balance);
-  // Whole slices cannot reach the bound where a few slices held by several hosts must leave
-  // through those hosts' NICs together (three equal slices on two holders: one holder sends two,
-  // 1.33x the bound). When balance order's plan is far from the bound, it is planned again with
-  // slices split between their holders, and the faster of the two by the simulator is kept (timed
-  // before buckets, so that the bucket size never changes which pieces a plan moves).
-  if (plan.balance == Balance::order && !options.split && jobs.size() <= kMostJobsForACandidate &&
-      any_splittable(batch, jobs)) {
-    const double whole = simulate_time(batch, plan.ops).time_s;
-    if (whole > kNearTheBound * plan.lower_bound_s) {
+  // When balance order's plan is far from the bound, it is planned again in other ways and the
+  // fastest by the simulator is kept (timed before buckets, so that the bucket size never changes
+  // which pieces a plan moves). Whole slices cannot reach the bound where a few slices held by
+  // several hosts must leave through those hosts' NICs together (three equal slices on two
+  // holders: one holder sends two, 1.33x the bound): slices split between their holders can.
+  // Chains through several hosts cannot run at once where they share relays (a device sends one
+  // op at a time): one op per receiving host, or host by host as a ring, can. And halves of every
+  // slice let a device with several receivers take turns between them.
+  if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate) {
+    double best = simulate_time(batch, plan.ops).time_s;
+    const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
+                                   const PlanOptions& candidate, detail::Shape shape) {
+      if (best <= kNearTheBound * plan.lower_bound_s) return;
+      std::vector<Op> ops = detail::balance_order(batch, candidate_jobs, candidate, shape);
+      if (const double time = simulate_time(batch, ops).time_s; time < best) {
+        best = time;
+        plan.ops = std::move(ops);
+      }
+    };
+    if (!options.split && any_splittable(batch, jobs)) {
       PlanOptions split = options;
       split.split = true;
-      std::vector<Op> ops = ops_of(batch, jobs, split, plan.balance);
-      if (simulate_time(batch, ops).time_s < whole) plan.ops = std::move(ops);
+      try_candidate(jobs, split, detail::Shape::chains);
     }
-  }
-  if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate) {
-    const double current = simulate_time(batch, plan.ops).time_s;
-    if (current > kNearTheBound * plan.lower_bound_s) {
-      std::vector<Op> ops = ops_of(batch, halved(batch, jobs), options, plan.balance);
-      if (simulate_time(batch, ops).time_s < current) plan.ops = std::move(ops);
+    if (any_spread(batch, jobs)) {
+      try_candidate(jobs, options, detail::Shape::per_host);
+      try_candidate(jobs, options, detail::Shape::relayed);
     }
+    try_candidate(halved(batch, jobs), options, detail::Shape::chains);
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),

@@ -30,9 +30,12 @@ class CostModel {
   };
   Cost cost_of(const Op& op) const;
   int resources() const { return 2 * devices_.size() + nic_directions_.size(); }
+  // Devices are numbered densely too: 0 .. devices() - 1.
+  int devices() const { return devices_.size(); }
+  int device_index(DeviceId d) const { return devices_.index_of(d); }
   // The resource of device `d`'s send (or receive) port, and of the NIC direction it sends (or
   // receives) through.
-  int port(DeviceId d, bool in) const { return 2 * devices_.index_of(d) + (in ? 1 : 0); }
+  int port(DeviceId d, bool in) const { return 2 * device_index(d) + (in ? 1 : 0); }
   int nic(DeviceId d, bool in) const;
 
  private:
