@@ -532,8 +532,8 @@ TEST(PlannerTest, OrderHalvesSlicesSoThatADeviceCanInterleaveItsSends) {
 // every chain needs the others' devices as relays: one after another they took 1.21x the bound
 // (six hosts: the relays sent a sixth more than their share) and 1.17x. One op per host (each
 // holder sends to each host in turn, rounds in which every NIC sends and receives) reaches the
-// bound; forwarding host by host (a ring) spreads the sending where holders have unequal shares
-// (random suite seed 15 r24 and seed 7 r20).
+// bound; forwarding host by host (a ring, here the other way round from the hosts' order) spreads
+// the sending where holders have unequal shares (random suite seed 15 r24 and seed 7 r20).
 TEST(PlannerTest, AllgathersAcrossHostsAreNotChainsThatShareRelays) {
   Resharding ring =
       problem_of({1}, Mesh::placed({6, 1}, 0, 2), "S10", Mesh::placed({6, 1}, 0, 2), "S1", 6, 2);
@@ -542,7 +542,7 @@ TEST(PlannerTest, AllgathersAcrossHostsAreNotChainsThatShareRelays) {
   Resharding unequal = problem_of({1597835, 7, 12}, Mesh::placed({5, 3}, 0, 4), "S1S0R",
                                   Mesh::placed({4, 1}, 0, 4), "RRS1", 5, 4);
   unequal.tensor.dtype = DType::float32;
-  EXPECT_LE(order_ratio(unequal, false), 1.08);
+  EXPECT_LE(order_ratio(unequal, false), 1.01);
 }
 
 // Host 3's devices 12 and 13 must each send their own slice to host 2 while two slices from host

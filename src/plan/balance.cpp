@@ -390,15 +390,19 @@ class OrderPlanner {
         continue;
       }
       // The receivers by host: the sender's host first, then the others in cyclic order of host
-      // id from the sender's, so that holders on different hosts start on different hosts.
+      // id from the sender's (for relayed_down, the other way round), so that holders on
+      // different hosts start on different hosts.
       std::map<int, std::vector<DeviceId>> by_host;
       for (DeviceId r : t.receivers) by_host[cluster.host_of(r)].push_back(r);
       std::vector<std::vector<DeviceId>> groups;
       if (auto it = by_host.find(home_host); it != by_host.end()) groups.push_back(it->second);
+      const auto others = groups.size();
       for (auto it = by_host.upper_bound(home_host); it != by_host.end(); ++it)
         groups.push_back(it->second);
       for (auto it = by_host.begin(); it != by_host.end() && it->first < home_host; ++it)
         groups.push_back(it->second);
+      if (shape_ == Shape::relayed_down) std::reverse(groups.begin() + others, groups.end());
+      const bool relay = shape_ == Shape::relayed || shape_ == Shape::relayed_down;
       std::vector<Op> ops;
       std::vector<int> after;
       DeviceId from = sender;
@@ -407,7 +411,7 @@ class OrderPlanner {
         const bool home = cluster.host_of(group[0]) == home_host;
         ops.push_back(op_to(std::move(group), home ? sender : from));
         after.push_back(home ? -1 : from_op);
-        if (shape_ == Shape::relayed && !home) {
+        if (relay && !home) {
           from = ops.back().receivers.back();
           from_op = static_cast<int>(ops.size()) - 1;
         }

@@ -19,6 +19,7 @@ enum class Shape {
   chains,    // one chain through every receiving host (or that and a separate op to the sender's)
   per_host,  // one op from the sender to each host's receivers
   relayed,   // one op per host, each from the last receiver of the host before (store and forward)
+  relayed_down,  // as relayed, round the hosts the other way
 };
 
 // Greedy list scheduling on the Timeline cost model (largest jobs first, each transfer from the

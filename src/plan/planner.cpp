@@ -124,8 +124,9 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // several hosts must leave through those hosts' NICs together (three equal slices on two
   // holders: one holder sends two, 1.33x the bound): slices split between their holders can.
   // Chains through several hosts cannot run at once where they share relays (a device sends one
-  // op at a time): one op per receiving host, or host by host as a ring, can. And halves of every
-  // slice let a device with several receivers take turns between them.
+  // op at a time): one op per receiving host, or host by host as a ring (either way round: where
+  // hosts hold unequal shares, the one that forwards all a host needs differs), can. And halves of
+  // every slice let a device with several receivers take turns between them.
   if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate) {
     double best = simulate_time(batch, plan.ops).time_s;
     const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
@@ -145,6 +146,7 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
     if (any_spread(batch, jobs)) {
       try_candidate(jobs, options, detail::Shape::per_host);
       try_candidate(jobs, options, detail::Shape::relayed);
+      try_candidate(jobs, options, detail::Shape::relayed_down);
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
   }
