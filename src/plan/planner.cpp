@@ -119,8 +119,11 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   plan.lower_bound_s = lower_bound(batch, tasks);
   plan.ops = ops_of(batch, jobs, options, plan.balance);
   // When balance order's plan is far from the bound, it is planned again in other ways and the
-  // fastest by the simulator is kept (timed before buckets, so that the bucket size never changes
-  // which pieces a plan moves). Whole slices cannot reach the bound where a few slices held by
+  // fastest by the simulator is kept. Each is timed as it will run, its small pieces fused into
+  // buckets, but of the cluster's default size whatever bucket size was asked, so that the bucket
+  // size never changes which pieces a plan moves: timed unfused, a plan of many small tensors that
+  // buckets bring near the bound looked far from it, and a candidate that fused into four times
+  // as many messages replaced it. Whole slices cannot reach the bound where a few slices held by
   // several hosts must leave through those hosts' NICs together (three equal slices on two
   // holders: one holder sends two, 1.33x the bound): slices split between their holders can.
   // Chains through several hosts cannot run at once where they share relays (a device sends one
@@ -128,12 +131,18 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // hosts hold unequal shares, the one that forwards all a host needs differs), can. And halves of
   // every slice let a device with several receivers take turns between them.
   if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate) {
-    double best = simulate_time(batch, plan.ops).time_s;
+    const auto fused_time = [&](const std::vector<Op>& ops) {
+      return simulate_time(batch,
+                           detail::bucket_ops(batch, ops, default_bucket_bytes(batch.cluster),
+                                              options.chunk_bytes))
+          .time_s;
+    };
+    double best = fused_time(plan.ops);
     const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
                                    const PlanOptions& candidate, detail::Shape shape) {
       if (best <= kNearTheBound * plan.lower_bound_s) return;
       std::vector<Op> ops = detail::balance_order(batch, candidate_jobs, candidate, shape);
-      if (const double time = simulate_time(batch, ops).time_s; time < best) {
+      if (const double time = fused_time(ops); time < best) {
         best = time;
         plan.ops = std::move(ops);
       }
