@@ -26,11 +26,12 @@ int64_t default_bucket_bytes(const Cluster& cluster) {
 
 namespace {
 
-// A plan within this factor of the lower bound is near enough: only a plan beyond it is worth a
-// second candidate.
+// A plan within this factor of the lower bound is near enough: only a plan beyond it is worth
+// other candidates.
 constexpr double kNearTheBound = 1.05;
-// The most jobs for which balance order plans a second candidate: planning and simulating it
-// costs as much again, which a large problem's planning time cannot spare.
+// The most jobs for which balance order plans other candidates: planning and simulating each
+// costs about as much again as the first plan (up to five: split, one op per host, host by host
+// either way round, halved), which a large problem's planning time cannot spare.
 constexpr size_t kMostJobsForACandidate = 1024;
 
 // The ops of `jobs` by `options`' balance mode.
