@@ -48,6 +48,18 @@ std::vector<Op> ops_of(const Batch& batch, const std::vector<detail::Job>& jobs,
   return detail::balance_order(batch, jobs, options);
 }
 
+// Whether some transfer takes its NIC longer than a message's latency: one smaller costs about a
+// latency in every shape, so only then can another plan come nearer the bound (and a batch of tiny
+// tensors spares the candidates' planning).
+bool any_beyond_a_latency(const Batch& batch, const std::vector<detail::Job>& jobs) {
+  const Cluster& c = batch.cluster;
+  return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
+    return std::any_of(job.transfers.begin(), job.transfers.end(), [&](const detail::Transfer& t) {
+      return static_cast<double>(t.bytes) >= c.latency * c.nic_bandwidth;
+    });
+  });
+}
+
 // Whether some transfer has receivers on several hosts: only then do chains differ from one op per
 // host.
 bool any_spread(const Batch& batch, const std::vector<detail::Job>& jobs) {
@@ -131,7 +143,8 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // op at a time): one op per receiving host, or host by host as a ring (either way round: where
   // hosts hold unequal shares, the one that forwards all a host needs differs), can. And halves of
   // every slice let a device with several receivers take turns between them.
-  if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate) {
+  if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate &&
+      any_beyond_a_latency(batch, jobs)) {
     const auto fused_time = [&](const std::vector<Op>& ops) {
       return simulate_time(batch,
                            detail::bucket_ops(batch, ops, default_bucket_bytes(batch.cluster),
