@@ -48,35 +48,38 @@ std::vector<Op> ops_of(const Batch& batch, const std::vector<detail::Job>& jobs,
   return detail::balance_order(batch, jobs, options);
 }
 
+// Whether some transfer of `jobs` satisfies `pred`.
+template <typename Pred>
+bool any_transfer(const std::vector<detail::Job>& jobs, Pred pred) {
+  for (const detail::Job& job : jobs)
+    for (const detail::Transfer& t : job.transfers)
+      if (pred(t)) return true;
+  return false;
+}
+
 // Whether some transfer takes its NIC longer than a message's latency: one smaller costs about a
 // latency in every shape, so only then can another plan come nearer the bound (and a batch of tiny
 // tensors spares the candidates' planning).
 bool any_beyond_a_latency(const Batch& batch, const std::vector<detail::Job>& jobs) {
   const Cluster& c = batch.cluster;
-  return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
-    return std::any_of(job.transfers.begin(), job.transfers.end(), [&](const detail::Transfer& t) {
-      return static_cast<double>(t.bytes) >= c.latency * c.nic_bandwidth;
-    });
+  return any_transfer(jobs, [&](const detail::Transfer& t) {
+    return static_cast<double>(t.bytes) >= c.latency * c.nic_bandwidth;
   });
 }
 
 // Whether some transfer has receivers on several hosts: only then do chains differ from one op per
 // host.
 bool any_spread(const Batch& batch, const std::vector<detail::Job>& jobs) {
-  return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
-    return std::any_of(job.transfers.begin(), job.transfers.end(), [&](const detail::Transfer& t) {
-      return detail::hosts_of(t.receivers, batch.cluster).size() > 1;
-    });
+  return any_transfer(jobs, [&](const detail::Transfer& t) {
+    return detail::hosts_of(t.receivers, batch.cluster).size() > 1;
   });
 }
 
 bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
-  return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
-    return std::any_of(job.transfers.begin(), job.transfers.end(), [&](const detail::Transfer& t) {
-      const auto holder_hosts =
-          static_cast<int>(detail::hosts_of(t.candidates, batch.cluster).size());
-      return detail::split_parts(t, holder_hosts) > 1;
-    });
+  return any_transfer(jobs, [&](const detail::Transfer& t) {
+    const auto holder_hosts =
+        static_cast<int>(detail::hosts_of(t.candidates, batch.cluster).size());
+    return detail::split_parts(t, holder_hosts) > 1;
   });
 }
 
