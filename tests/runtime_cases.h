@@ -138,18 +138,25 @@ inline int64_t play_and_count_errors(Executor& executor, const Plan& plan) {
   return executor.sum_over_processes(errors);
 }
 
+// A `shape` float64 tensor moved from `src` to `dst` on `hosts` hosts of `per_host` devices.
+inline Resharding float64_problem(std::vector<int64_t> shape, int hosts, int per_host, Layout src,
+                                  Layout dst) {
+  Resharding p;
+  p.tensor = {std::move(shape), DType::float64};
+  p.cluster.hosts = hosts;
+  p.cluster.devices_per_host = per_host;
+  p.src = std::move(src);
+  p.dst = std::move(dst);
+  p.validate();
+  return p;
+}
+
 // 4 devices (2 hosts x 2): device 0 holds the whole `rows`x9 float64 tensor, the destination
 // mesh is devices [2, 3] with `dst_spec`.
 inline Resharding small_problem(const std::string& dst_spec, std::vector<DeviceId> dst = {2, 3},
                                 int64_t rows = 4) {
-  Resharding p;
-  p.tensor = {{rows, 9}, DType::float64};
-  p.cluster.hosts = 2;
-  p.cluster.devices_per_host = 2;
-  p.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
-  p.dst = Layout{Mesh({2}, std::move(dst)), ShardingSpec::parse(dst_spec)};
-  p.validate();
-  return p;
+  return float64_problem({rows, 9}, 2, 2, Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")},
+                         Layout{Mesh({2}, std::move(dst)), ShardingSpec::parse(dst_spec)});
 }
 
 inline Op hand_op(int id, OpKind kind, Box slice, std::optional<DeviceId> sender,
@@ -191,13 +198,9 @@ inline constexpr int64_t kRowBytes = 9 * 8;
 // one send each way: they use different ports of each device, so both start at once
 // (docs/concepts.md, execution).
 inline Plan exchange_plan(int devices, int per_host) {
-  Resharding p;
-  p.tensor = {{4, 9}, DType::float64};
-  p.cluster.hosts = devices / per_host;
-  p.cluster.devices_per_host = per_host;
-  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0R")};
-  p.dst = Layout{Mesh({2}, {1, 0}), ShardingSpec::parse("S0R")};
-  p.validate();
+  const Resharding p = float64_problem({4, 9}, devices / per_host, per_host,
+                                       Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0R")},
+                                       Layout{Mesh({2}, {1, 0}), ShardingSpec::parse("S0R")});
   return plan_of(p, {hand_op(0, OpKind::send, Box{{{0, 2}, {0, 9}}}, 0, {1}),
                      hand_op(1, OpKind::send, Box{{{2, 4}, {0, 9}}}, 1, {0})});
 }
@@ -208,13 +211,9 @@ inline Plan exchange_plan(int devices, int per_host) {
 // 1 -> 2 -> 0) and copies its own (op 2). Device 2 sends in all three, so op 1 starts on it only
 // once op 0 has released it (docs/concepts.md, execution).
 inline Plan relay_busy_sending_plan(int devices) {
-  Resharding p;
-  p.tensor = {{4, 9}, DType::float64};
-  p.cluster.hosts = devices;
-  p.cluster.devices_per_host = 1;
-  p.src = Layout{Mesh({2}, {1, 2}), ShardingSpec::parse("S0R")};
-  p.dst = Layout{Mesh({2}, {0, 2}), ShardingSpec::parse("RR")};
-  p.validate();
+  const Resharding p =
+      float64_problem({4, 9}, devices, 1, Layout{Mesh({2}, {1, 2}), ShardingSpec::parse("S0R")},
+                      Layout{Mesh({2}, {0, 2}), ShardingSpec::parse("RR")});
   const Box first{{{0, 2}, {0, 9}}}, second{{{2, 4}, {0, 9}}};
   return plan_of(
       p, {hand_op(0, OpKind::send, second, 2, {0}), hand_op(1, OpKind::broadcast, first, 1, {2, 0}),
@@ -227,13 +226,9 @@ inline Plan relay_busy_sending_plan(int devices) {
 // keeps it, so device 2 receives both into scratch memory and unpacks them; it receives
 // passively, from both at once (docs/concepts.md, execution).
 inline Plan two_senders_into_scratch_plan(int devices) {
-  Resharding p;
-  p.tensor = {{4, 8}, DType::float64};
-  p.cluster.hosts = devices;
-  p.cluster.devices_per_host = 1;
-  p.src = Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("RS0")};
-  p.dst = Layout{Mesh({1}, {2}), ShardingSpec::parse("RR")};
-  p.validate();
+  const Resharding p =
+      float64_problem({4, 8}, devices, 1, Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("RS0")},
+                      Layout{Mesh({1}, {2}), ShardingSpec::parse("RR")});
   return plan_of(p, {hand_op(0, OpKind::send, Box{{{0, 4}, {0, 4}}}, 0, {2}),
                      hand_op(1, OpKind::send, Box{{{0, 4}, {4, 8}}}, 1, {2})});
 }
