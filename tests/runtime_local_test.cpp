@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
+#include <latch>
 #include <random>
+#include <thread>
 
 #include "meshcast/error.h"
 #include "meshcast/plan/dependencies.h"
@@ -219,6 +222,39 @@ TEST(LocalExecutorTest, StartReturnsAndWaitCompletesTheRun) {
   EXPECT_GT(timing.seconds, 0);
   EXPECT_EQ(count_destination_errors(p, buffers), 0);
   EXPECT_THROW(compiled->wait(), InvalidArgument);
+}
+
+TEST(LocalExecutorTest, OfTwoThreadsStartingOneCompiledPlanAtOnceOneRunsAndOneIsRefused) {
+  // start() claims the run before it binds the buffers: a flag set only after binding let both
+  // threads through, and their runs wrote one set of buffers at once (TSan also flags it).
+  const Resharding p = paper_like_problem();
+  auto executor = make_local_executor({.threads = 2});
+  const auto compiled = executor->compile(make_plan(p, {.strategy = Strategy::send_recv}));
+  auto buffers = allocate_tile_buffers(p, compiled->devices_here());
+  prepare_tiles(p, buffers);
+  const auto views = buffer_views(buffers);
+  for (int round = 0; round < 50; ++round) {
+    std::latch go(2);
+    std::atomic<int> started = 0;
+    std::atomic<int> refused = 0;
+    const auto try_start = [&] {
+      go.arrive_and_wait();
+      try {
+        compiled->start(views);
+        ++started;
+      } catch (const InvalidArgument&) {
+        ++refused;
+      }
+    };
+    std::thread a(try_start);
+    std::thread b(try_start);
+    a.join();
+    b.join();
+    ASSERT_EQ(started, 1) << "round " << round;
+    ASSERT_EQ(refused, 1) << "round " << round;
+    compiled->wait();
+  }
+  EXPECT_EQ(count_destination_errors(p, buffers), 0);
 }
 
 TEST(LocalExecutorTest, TwoCompiledPlansRunAtOnceOnOneExecutor) {

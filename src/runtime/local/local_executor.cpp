@@ -129,11 +129,16 @@ class LocalPlan final : public CompiledPlan {
   int64_t staging_bytes() const override { return static_cast<int64_t>(staging_memory_.size()); }
 
   void start(std::span<const DeviceBuffers> buffers) override {
-    if (running_)
+    // Claimed before anything else, so that two threads starting at once cannot both run.
+    if (running_.exchange(true))
       throw InvalidArgument("start() while the previous run is in flight: wait() first");
-    tiles_.bind(buffers);
-    running_ = true;
     done_.store(false);
+    try {
+      tiles_.bind(buffers);
+    } catch (...) {
+      running_ = false;
+      throw;
+    }
     for (size_t k = 0; k < initial_deps_.size(); ++k) {
       deps_[k].store(initial_deps_[k], std::memory_order_relaxed);
       steps_left_[k].store(op_steps_[k + 1] - op_steps_[k], std::memory_order_relaxed);
@@ -318,7 +323,7 @@ class LocalPlan final : public CompiledPlan {
   std::atomic<int> in_flight_ = 0;
   std::atomic<int> peak_in_flight_ = 0;
   std::atomic<bool> done_ = false;
-  bool running_ = false;
+  std::atomic<bool> running_ = false;
   Clock::time_point started_;
   Clock::time_point finished_;
 };

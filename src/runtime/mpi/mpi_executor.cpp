@@ -255,7 +255,7 @@ class MpiPlan final : public CompiledPlan {
   int finished_ops_ = 0;
   int in_flight_ = 0;
   int peak_in_flight_ = 0;
-  bool running_ = false;
+  std::atomic<bool> running_ = false;
   std::atomic<bool> done_ = false;
   Clock::time_point started_, finished_;
 };
@@ -882,12 +882,18 @@ void MpiPlan::execute() {
 }
 
 void MpiPlan::start(std::span<const DeviceBuffers> buffers) {
-  if (running_) throw InvalidArgument("start() while the previous run is in flight: wait() first");
-  tiles_.bind(buffers);
+  // Claimed before anything else, so that two threads starting at once cannot both run.
+  if (running_.exchange(true))
+    throw InvalidArgument("start() while the previous run is in flight: wait() first");
   done_.store(false);
-  started_ = Clock::now();
-  executor_.submit(this);
-  running_ = true;
+  try {
+    tiles_.bind(buffers);
+    started_ = Clock::now();
+    executor_.submit(this);
+  } catch (...) {
+    running_ = false;
+    throw;
+  }
 }
 
 RunTiming MpiPlan::wait() {
