@@ -112,11 +112,12 @@ def main():
     plan = mc.plan(batch.tensors, cluster=batch.cluster)
     backend = dict(backend="mpi", comm=comm) if under_mpi else dict(backend="local")
     resharder = mc.Resharder(plan, **backend)
-    here = set(resharder.devices)
-    # The serving replicas' weights, written in place by every sync.
-    serving = {name: {d: torch.empty(t.shape) for d, t in mc.shard(params[name].detach(), dst).items()
-                      if d in here}
-               for name, (_, _, _, dst) in batch.tensors.items()}
+    here = resharder.devices  # this rank's device under MPI, all 8 in-process
+    # The serving replicas' weights, written in place by every sync: each device allocates its
+    # own tiles from the layout alone, as a serving process that never sees the full weight does.
+    serving = {name: {d: torch.empty(tile) for d in here
+                      if d in dst.mesh.devices and 0 not in (tile := dst.tile_shape(shape, d))}
+               for name, (shape, _, _, dst) in batch.tensors.items()}
 
     tokens = torch.randint(0, CONFIG["vocab"], (4, 16))
     for step in range(STEPS):
@@ -126,7 +127,7 @@ def main():
         loss.backward()
         optimizer.step()
         # The trainer's shards of every weight (this rank's only, under MPI), one joint run.
-        trainer = {name: {d: t for d, t in mc.shard(params[name].detach(), src).items() if d in here}
+        trainer = {name: mc.shard(params[name].detach(), src, devices=here)
                    for name, (_, _, src, _) in batch.tensors.items()}
         resharder.run(trainer, serving)
         checked = 0

@@ -194,6 +194,42 @@ py::dict op_to_dict(const Op& op) {
   return d;
 }
 
+// The plan's one tensor, for the members that describe a single tensor; a batch of several says
+// where each tensor's are instead of answering with its first.
+const TensorResharding& only_resharding(const Plan& plan, std::string_view member) {
+  if (plan.batch.tensors.size() != 1)
+    throw InvalidArgument(
+        fmt::format("plan.{}: the plan moves {} tensors, each with its own; plan.batch lists them",
+                    member, plan.batch.tensors.size()));
+  return plan.batch.tensors[0];
+}
+const TensorSpec& only_tensor(const Plan& plan, std::string_view member) {
+  return only_resharding(plan, member).tensor;
+}
+
+// Bytes of every tensor the plan moves (each counted once).
+int64_t tensor_bytes(const Plan& plan) {
+  int64_t bytes = 0;
+  for (const auto& t : plan.batch.tensors) bytes += t.tensor.bytes();
+  return bytes;
+}
+
+// plan.batch: one dict per tensor, in plan order.
+py::list batch_entries(const Plan& plan) {
+  py::list out;
+  for (const auto& t : plan.batch.tensors) {
+    py::dict d;
+    d["name"] = t.name;
+    d["shape"] = t.tensor.shape;
+    d["dtype"] = std::string(to_string(t.tensor.dtype));
+    d["src_spec"] = t.src.spec.to_string();
+    d["dst_spec"] = t.dst.spec.to_string();
+    d["bytes"] = t.tensor.bytes();
+    out.append(d);
+  }
+  return out;
+}
+
 struct Simulation {
   double time_s = 0;
   double lower_bound_s = 0;
@@ -287,6 +323,14 @@ ArrayView view_of(const py::handle& value, const Slot& slot) {
   if (device != "cpu")
     throw py::value_error(fmt::format("{}: a torch tensor on '{}', expected one in CPU memory",
                                       to_string(slot), device));
+  // A lazily negated or conjugated tensor (t.neg() views, t.conj() of a complex one) holds the
+  // other values in memory: reading or writing its bytes would give the wrong sign.
+  for (const char* bit : {"is_neg", "is_conj"})
+    if (py::hasattr(value, bit) && value.attr(bit)().cast<bool>())
+      throw py::value_error(fmt::format(
+          "{}: a torch tensor with {}() set (a lazy view: its memory holds other values), "
+          "expected one whose memory holds its values (.resolve_neg() / .resolve_conj() makes one)",
+          to_string(slot), bit));
   v.data = reinterpret_cast<std::byte*>(value.attr("data_ptr")().cast<uintptr_t>());
   v.shape = value.attr("shape").cast<std::vector<int64_t>>();
   v.dtype = py::str(value.attr("dtype")).cast<std::string>().substr(6);  // "torch.float32"
@@ -315,6 +359,52 @@ std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const T
   if (written && !v.writable)
     throw py::value_error(fmt::format("{}: read-only, expected a writable array", to_string(slot)));
   return {v.data, static_cast<size_t>(box.volume() * dtype_size(tensor.dtype))};
+}
+
+// A key of src or out: a device id (an int) of the tensor's `mesh` on that side.
+void check_device_key(const py::handle& key, std::string_view side, std::string_view label,
+                      const Mesh& mesh) {
+  if (!py::isinstance<py::int_>(key))
+    throw py::type_error(fmt::format("{}{}: key {} is not a device id (int)", side, label,
+                                     py::repr(key).cast<std::string>()));
+  int overflow = 0;
+  const long long id = PyLong_AsLongLongAndOverflow(key.ptr(), &overflow);
+  const auto& ds = mesh.devices();
+  if (overflow != 0 || std::find(ds.begin(), ds.end(), id) == ds.end())
+    throw py::value_error(fmt::format("{}{}: device {} is not in the {} mesh (devices {})", side,
+                                      label, py::repr(key).cast<std::string>(),
+                                      side == "src" ? "source" : "destination",
+                                      fmt::join(ds, ",")));
+}
+
+// The bytes of one array a run reads (a source) or writes (an output), named as in messages.
+struct Region {
+  std::span<const std::byte> bytes;
+  std::string name;
+  bool written = false;
+};
+
+// An output that shares memory with another output or with a source would be read while it is
+// written, or written twice: the shards would come out wrong. Sources may share memory.
+void check_no_overlap(std::vector<Region> regions) {
+  std::erase_if(regions, [](const Region& r) { return r.bytes.empty(); });
+  std::sort(regions.begin(), regions.end(),
+            [](const Region& a, const Region& b) { return a.bytes.data() < b.bytes.data(); });
+  // Sweeping by start: a region overlaps an earlier one when it starts before that one's end;
+  // the earlier regions reaching furthest (any, and written) are the ones to compare with.
+  const Region* furthest = nullptr;
+  const Region* furthest_written = nullptr;
+  const auto end = [](const Region* r) { return r->bytes.data() + r->bytes.size(); };
+  for (const Region& r : regions) {
+    const Region* other = r.written ? furthest : furthest_written;
+    if (other && end(other) > r.bytes.data())
+      throw py::value_error(fmt::format(
+          "{} and {} share memory: every output needs an array of its own, apart from every "
+          "other output and every source",
+          other->name, r.name));
+    if (!furthest || end(&r) > end(furthest)) furthest = &r;
+    if (r.written && (!furthest_written || end(&r) > end(furthest_written))) furthest_written = &r;
+  }
 }
 
 // A plan compiled once for one executor, run on dicts of arrays.
@@ -361,7 +451,7 @@ class Resharder {
 
   // A run still in flight finishes before its buffers' owners and the plan go.
   ~Resharder() {
-    if (!running_) return;
+    if (state_ != State::running) return;
     py::gil_scoped_release release;
     watchdog_.enter(fmt::format("run {}", runs_));
     compiled_->wait();
@@ -378,11 +468,14 @@ class Resharder {
   }
 
   // `src` and `out` hold one {device: array} per tensor of the plan (`out` entries may be None).
-  // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts;
-  // returns the outputs, one dict per tensor.
-  py::list start(const py::list& src, const py::list& out, const py::object& allocate) {
-    if (running_)
-      throw py::value_error("start(): the previous run was not waited for (call wait())");
+  // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts.
+  // wait() returns the outputs: {name: {device: array}} when `batched`, else the one dict.
+  void start(const py::list& src, const py::list& out, const py::object& allocate, bool batched) {
+    // Python threads interleave only where the GIL is released: the state changes under it.
+    if (state_ != State::idle)
+      throw std::runtime_error(
+          "start(): a run is in flight (started, not yet waited for): wait() for it first; one "
+          "Resharder runs one plan at a time");
     py::list outputs;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const std::string label = tensor_label(i);
@@ -394,19 +487,10 @@ class Resharder {
       outputs.append(given_out.is_none() ? py::dict() : py::dict(given_out));
       for (const auto& [side, given, layout] :
            {std::tuple{"src", py::dict(src[i]), &t.src}, {"out", py::dict(outputs[i]), &t.dst}})
-        for (const auto& [key, value] : given) {
-          if (!py::isinstance<py::int_>(key))
-            throw py::type_error(fmt::format("{}{}: key {} is not a device id (int)", side, label,
-                                             py::repr(key).cast<std::string>()));
-          const auto device = key.cast<DeviceId>();
-          const auto& ds = layout->mesh.devices();
-          if (std::find(ds.begin(), ds.end(), device) == ds.end())
-            throw py::value_error(fmt::format(
-                "{}{}: device {} is not in the {} mesh (devices {})", side, label, device,
-                side == std::string("src") ? "source" : "destination", fmt::join(ds, ",")));
-        }
+        for (const auto& [key, value] : given) check_device_key(key, side, label, layout->mesh);
     }
     std::vector<DeviceBuffers> buffers;
+    std::vector<Region> regions;
     std::vector<py::object> keep;
     for (const auto& [tensor, device, tiles] : here_) {
       const PlanTensor& t = tensors_[tensor];
@@ -420,7 +504,9 @@ class Resharder {
           throw py::value_error(fmt::format("src{}: no shard for device {}, expected its tile {}",
                                             label, device, to_string(tiles.src)));
         const py::object value = given_src[key];
-        b.src = tile_bytes(value, tiles.src, t.tensor, {"src", label, device}, false);
+        const Slot slot{"src", label, device};
+        b.src = tile_bytes(value, tiles.src, t.tensor, slot, false);
+        regions.push_back({b.src, to_string(slot), false});
         keep.push_back(value);
       }
       if (!tiles.dst.empty()) {
@@ -431,24 +517,45 @@ class Resharder {
           given_out[key] = allocate(tiles.dst.extents(), std::string(to_string(t.tensor.dtype)));
         }
         const py::object value = given_out[key];
-        b.dst = tile_bytes(value, tiles.dst, t.tensor, {"out", label, device}, true);
+        const Slot slot{"out", label, device};
+        b.dst = tile_bytes(value, tiles.dst, t.tensor, slot, true);
+        regions.push_back({b.dst, to_string(slot), true});
         keep.push_back(value);
       }
       buffers.push_back(b);
     }
+    check_no_overlap(regions);
+    py::object result = outputs[0];
+    if (batched) {
+      py::dict by_name;
+      for (size_t i = 0; i < tensors_.size(); ++i) by_name[py::str(tensors_[i].name)] = outputs[i];
+      result = by_name;
+    }
     buffers_ = std::move(buffers);
-    {
+    keep_ = std::move(keep);
+    result_ = std::move(result);
+    state_ = State::starting;
+    try {
       py::gil_scoped_release release;
       compiled_->start(buffers_);
+    } catch (...) {
+      state_ = State::idle;
+      keep_.clear();
+      result_ = py::none();
+      throw;
     }
-    keep_ = std::move(keep);
-    running_ = true;
+    state_ = State::running;
     ++runs_;
-    return outputs;
   }
 
-  double wait() {
-    if (!running_) throw py::value_error("wait(): nothing was started");
+  // (seconds, the outputs of the run in flight).
+  py::tuple wait() {
+    if (state_ == State::idle) throw std::runtime_error("wait(): nothing was started");
+    if (state_ != State::running)
+      throw std::runtime_error(fmt::format(
+          "wait(): another thread is {} the run in flight; one Resharder runs one plan at a time",
+          state_ == State::starting ? "starting" : "already waiting for"));
+    state_ = State::waiting;
     RunTiming timing;
     {
       py::gil_scoped_release release;
@@ -456,9 +563,9 @@ class Resharder {
       timing = compiled_->wait();
       watchdog_.leave();
     }
-    running_ = false;
+    state_ = State::idle;
     keep_.clear();
-    return timing.seconds;
+    return py::make_tuple(timing.seconds, std::exchange(result_, py::none()));
   }
 
  private:
@@ -476,8 +583,11 @@ class Resharder {
   std::unique_ptr<CompiledPlan> compiled_;
   std::vector<HereTile> here_;  // the tiles of devices_here(), for every tensor
   std::vector<DeviceBuffers> buffers_;
-  std::vector<py::object> keep_;  // the arrays of the run in flight stay alive until wait()
-  bool running_ = false;
+  std::vector<py::object> keep_;    // the arrays of the run in flight stay alive until wait()
+  py::object result_ = py::none();  // what wait() returns for the run in flight
+  // A run's life; a thread that finds it busy gets an error, never another thread's outputs.
+  enum class State { idle, starting, running, waiting };
+  State state_ = State::idle;
   int runs_ = 0;  // runs started
 };
 
@@ -531,14 +641,18 @@ PYBIND11_MODULE(_core, m) {
                              [](const Plan& p) { return std::string(to_string(p.strategy)); })
       .def_property_readonly("balance",
                              [](const Plan& p) { return std::string(to_string(p.balance)); })
-      .def_property_readonly("shape", [](const Plan& p) { return p.batch.tensors[0].tensor.shape; })
+      .def_property_readonly("shape", [](const Plan& p) { return only_tensor(p, "shape").shape; })
       .def_property_readonly(
           "dtype",
-          [](const Plan& p) { return std::string(to_string(p.batch.tensors[0].tensor.dtype)); })
-      .def_property_readonly("src_spec",
-                             [](const Plan& p) { return p.batch.tensors[0].src.spec.to_string(); })
-      .def_property_readonly("dst_spec",
-                             [](const Plan& p) { return p.batch.tensors[0].dst.spec.to_string(); })
+          [](const Plan& p) { return std::string(to_string(only_tensor(p, "dtype").dtype)); })
+      .def_property_readonly(
+          "src_spec",
+          [](const Plan& p) { return only_resharding(p, "src_spec").src.spec.to_string(); })
+      .def_property_readonly(
+          "dst_spec",
+          [](const Plan& p) { return only_resharding(p, "dst_spec").dst.spec.to_string(); })
+      .def_property_readonly("batch", &batch_entries)
+      .def_property_readonly("bytes", &tensor_bytes)
       .def_property_readonly("tensors",
                              [](const Plan& p) {
                                std::vector<std::string> names;
@@ -563,10 +677,13 @@ PYBIND11_MODULE(_core, m) {
       .def("simulate", &simulate_plan, py::arg("top") = 5)
       .def("__eq__", [](const Plan& a, const Plan& b) { return a == b; })
       .def("__repr__", [](const Plan& p) {
-        return fmt::format("Plan({} ops, {} {} -> {}, lower_bound_s={:g})", p.ops.size(),
-                           shape_to_string(p.batch.tensors[0].tensor.shape, 'x'),
-                           p.batch.tensors[0].src.spec.to_string(),
-                           p.batch.tensors[0].dst.spec.to_string(), p.lower_bound_s);
+        if (p.batch.tensors.size() > 1)
+          return fmt::format("Plan({} ops, {} tensors, {} bytes, lower_bound_s={:g})", p.ops.size(),
+                             p.batch.tensors.size(), tensor_bytes(p), p.lower_bound_s);
+        const TensorResharding& t = p.batch.tensors[0];
+        return fmt::format("Plan({} ops, {} {} {} -> {}, lower_bound_s={:g})", p.ops.size(),
+                           shape_to_string(t.tensor.shape, 'x'), to_string(t.tensor.dtype),
+                           t.src.spec.to_string(), t.dst.spec.to_string(), p.lower_bound_s);
       });
 
   py::class_<Resharder>(m, "Resharder")
@@ -576,7 +693,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("staging_bytes", &Resharder::staging_bytes)
       .def_property_readonly("devices", &Resharder::devices_here)
       .def_property_readonly("tensor_names", &Resharder::tensor_names)
-      .def("start", &Resharder::start, py::arg("src"), py::arg("out"), py::arg("allocate"))
+      .def("start", &Resharder::start, py::arg("src"), py::arg("out"), py::arg("allocate"),
+           py::arg("batched"))
       .def("wait", &Resharder::wait);
 }
 

@@ -5,12 +5,41 @@ library's (meshcast._core). docs/python.md has the guide.
 """
 
 import math as _math
+import operator as _operator
+import threading as _threading
 
 from meshcast import _core
 from meshcast._core import Simulation, Link  # noqa: F401
+# The library's exceptions: bad values raise InvalidArgument and ParseError (both ValueError);
+# Error (a RuntimeError) is a run that failed.
+from meshcast._core import Error, InvalidArgument, ParseError  # noqa: F401
 
 __all__ = ["Cluster", "Mesh", "Layout", "P", "Shard", "Replicate", "Plan", "plan", "Resharder",
-           "shard", "unshard", "model_batch", "ModelBatch", "Simulation", "Link"]
+           "shard", "unshard", "model_batch", "ModelBatch", "Simulation", "Link", "Error",
+           "InvalidArgument", "ParseError"]
+
+
+def _integer(value, what, bits=64, least=None):
+    """`value` as a Python int that fits the library's `bits`-bit integer (and is >= `least`), or
+    TypeError/ValueError naming `what`: the library would only say 'Unable to cast'."""
+    try:
+        number = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} {value!r}: expected an integer") from None
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if least is not None and number < least:
+        raise ValueError(f"bad {what} {number}: expected an integer >= {least}")
+    if not lo <= number <= hi:
+        raise ValueError(f"bad {what} {number}: expected an integer in [{lo}, {hi}]")
+    return number
+
+
+def _number(value, what):
+    """`value` as a float, or TypeError naming `what`."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} {value!r}: expected a number") from None
 
 
 class Cluster:
@@ -18,12 +47,12 @@ class Cluster:
 
     def __init__(self, hosts, devices_per_host, nic_gbps=10.0, dev_gbps=100.0, latency_us=5.0,
                  nics_per_host=1):
-        self.hosts = hosts
-        self.devices_per_host = devices_per_host
-        self.nic_gbps = nic_gbps
-        self.dev_gbps = dev_gbps
-        self.latency_us = latency_us
-        self.nics_per_host = nics_per_host
+        self.hosts = _integer(hosts, "hosts", 32)
+        self.devices_per_host = _integer(devices_per_host, "devices_per_host", 32)
+        self.nic_gbps = _number(nic_gbps, "nic_gbps")
+        self.dev_gbps = _number(dev_gbps, "dev_gbps")
+        self.latency_us = _number(latency_us, "latency_us")
+        self.nics_per_host = _integer(nics_per_host, "nics_per_host", 32)
 
     def __repr__(self):
         return (f"Cluster(hosts={self.hosts}, devices_per_host={self.devices_per_host}, "
@@ -31,12 +60,19 @@ class Cluster:
 
 
 class Mesh:
-    """An N-D row-major array of device ids; axis_names are what PartitionSpecs refer to."""
+    """An N-D row-major array of device ids; axis_names are what PartitionSpecs refer to
+    (`mesh_dim_names`, DTensor's word for them, is taken too)."""
 
-    def __init__(self, shape, devices=None, axis_names=None):
-        self.shape = [int(s) for s in shape]
-        self.devices = list(range(_math.prod(self.shape))) if devices is None else list(devices)
-        self.axis_names = [] if axis_names is None else [str(n) for n in axis_names]
+    def __init__(self, shape, devices=None, axis_names=None, *, mesh_dim_names=None):
+        if axis_names is not None and mesh_dim_names is not None and \
+                [str(n) for n in axis_names] != [str(n) for n in mesh_dim_names]:
+            raise ValueError(f"axis_names {tuple(axis_names)} and mesh_dim_names "
+                             f"{tuple(mesh_dim_names)} differ: give one of them")
+        names = axis_names if axis_names is not None else mesh_dim_names
+        self.shape = [_integer(s, "mesh shape entry", 64) for s in shape]
+        self.devices = list(range(_math.prod(self.shape))) if devices is None else \
+            [_integer(d, "device id", 32) for d in devices]
+        self.axis_names = [] if names is None else [str(n) for n in names]
 
     def __repr__(self):
         return f"Mesh({self.shape}, devices={self.devices}, axis_names={self.axis_names})"
@@ -83,10 +119,22 @@ def _spec_text(spec):
         return spec
     if isinstance(spec, tuple):  # P or a plain tuple: a PartitionSpec
         return repr(P(*spec))
-    if isinstance(spec, list) and all(isinstance(p, (Shard, Replicate)) for p in spec):
-        return ",".join(repr(p) for p in spec)
+    if isinstance(spec, list) and spec and all(_placement_text(p) for p in spec):
+        return ",".join(_placement_text(p) for p in spec)
     raise TypeError(f"spec {spec!r}: expected an Alpa string ('S0R'), a list of Shard/Replicate "
                     f"placements, or a PartitionSpec (mc.P(...) or a tuple)")
+
+
+def _placement_text(placement):
+    """The text of a DTensor placement: mc.Shard/mc.Replicate, or torch's own placement objects
+    (torch.distributed.tensor's Shard, Replicate, Partial), known by class name and `dim` so that
+    no torch version is imported; "" when `placement` is none of them."""
+    kind = type(placement).__name__
+    if kind == "Shard" and isinstance(getattr(placement, "dim", None), int):
+        return f"Shard({placement.dim})"
+    if kind in ("Replicate", "Partial"):  # the library refuses Partial, saying why
+        return f"{kind}()"
+    return ""
 
 
 class Layout:
@@ -97,19 +145,62 @@ class Layout:
             raise TypeError(f"mesh {mesh!r}: expected an mc.Mesh")
         self.mesh = mesh
         self.spec_text = _spec_text(spec)
-        self.ndim = ndim
-        _core.alpa_spec(self, ndim)  # a bad spec is refused here, not at first use
+        self.ndim = _integer(ndim, "ndim", 32, least=0)
+        _core.alpa_spec(self, self.ndim)  # a bad spec is refused here, not at first use
 
     @property
     def spec(self):
         """The Alpa form, e.g. 'S0R' (nested dims as 'S0/1')."""
         return _core.alpa_spec(self, self.ndim)
 
+    def tiles(self, shape):
+        """{device: ((lo, hi), ...)}: the box of a tensor of `shape` every device of the mesh holds,
+        in mesh order (an empty box, lo == hi in some dim, where a device holds nothing)."""
+        return _core.tiles(_shape(shape, "shape"), self)
+
+    def tile(self, shape, device):
+        """The box ((lo, hi), ...) of a tensor of `shape` that `device` holds."""
+        tiles = self.tiles(shape)
+        device = _integer(device, "device", 32)
+        if device not in tiles:
+            raise ValueError(f"device {device} is not in the mesh (devices "
+                             f"{', '.join(map(str, self.mesh.devices))})")
+        return tiles[device]
+
+    def tile_shape(self, shape, device):
+        """The shape of `device`'s tile of a tensor of `shape`: what to allocate for it (a 0 in
+        it where the device holds nothing)."""
+        return tuple(hi - lo for lo, hi in self.tile(shape, device))
+
     def __repr__(self):
         return f"Layout({self.mesh!r}, {self.spec!r})"
 
 
 Plan = _core.Plan
+
+
+def _shape(shape, what):
+    try:
+        entries = list(shape)
+    except TypeError:
+        raise TypeError(f"{what} {shape!r}: expected a sequence of integers") from None
+    return [_integer(n, f"{what} entry", 64) for n in entries]
+
+
+def _dtype_name(dtype, what):
+    """The library's name of a dtype given as a name ('bfloat16'), a torch dtype (torch.bfloat16)
+    or a numpy dtype or type (np.float32, np.dtype('float32'))."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):  # a torch.dtype, without importing torch
+        return text[len("torch."):]
+    import numpy
+    try:
+        return numpy.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"{what} {dtype!r}: expected a dtype name ('float32'), a torch dtype or "
+                        f"a numpy dtype") from None
 
 
 def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, strategy="broadcast",
@@ -132,6 +223,7 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
             if not isinstance(entry, (tuple, list)) or len(entry) != 4:
                 raise TypeError(f"tensors[{name!r}]: {entry!r}, expected (shape, dtype, src, dst)")
             entries.append((str(name), *entry))
+    checked = []
     for name, shape_, dtype_, src_, dst_ in entries:
         where = "" if tensors is None else f"tensors[{name!r}]: "
         if shape_ is None or dtype_ is None:
@@ -139,9 +231,11 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
         for side, value in (("src", src_), ("dst", dst_)):
             if not isinstance(value, Layout):
                 raise TypeError(f"{where}{side} {value!r}: expected an mc.Layout")
-    return _core.plan([(n, list(sh), str(dt), s_, d_) for n, sh, dt, s_, d_ in entries],
-                      tensors is not None, cluster, strategy, balance, split, chunk_bytes,
-                      search_effort, bucket_bytes)
+        checked.append((name, _shape(shape_, f"{where}shape"), _dtype_name(dtype_, f"{where}dtype"),
+                        src_, dst_))
+    return _core.plan(checked, tensors is not None, cluster, strategy, balance, bool(split),
+                      _integer(chunk_bytes, "chunk_bytes"), _number(search_effort, "search_effort"),
+                      None if bucket_bytes is None else _integer(bucket_bytes, "bucket_bytes"))
 
 
 class ModelBatch:
@@ -164,8 +258,11 @@ def model_batch(*, arch="llama", hidden, layers, heads, kv_heads=0, ffn, vocab, 
     replaced by the hosts both sides need. Plan it with mc.plan(b.tensors, cluster=b.cluster)."""
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster {cluster!r}: expected an mc.Cluster")
-    entries, hosts = _core.model_batch(str(arch), hidden, layers, heads, kv_heads, ffn, vocab,
-                                       positions, str(dtype), str(train), str(serve), cluster)
+    sizes = [_integer(v, n) for n, v in (("hidden", hidden), ("layers", layers), ("heads", heads),
+                                          ("kv_heads", kv_heads), ("ffn", ffn), ("vocab", vocab),
+                                          ("positions", positions))]
+    entries, hosts = _core.model_batch(str(arch), *sizes, _dtype_name(dtype, "dtype"), str(train),
+                                       str(serve), cluster)
 
     def layout(parts):
         mesh_shape, devices, spec = parts
@@ -182,35 +279,52 @@ def _is_torch(value):
     return type(value).__module__.startswith("torch")
 
 
-def _allocator(like):
-    if like is not None and _is_torch(like):
-        import torch
-        return lambda shape, dtype: torch.empty(shape, dtype=getattr(torch, dtype))
+def _numpy_empty(shape, dtype):
     import numpy
-    return lambda shape, dtype: numpy.empty(shape, dtype=dtype)
+    return numpy.empty(shape, dtype=dtype)
+
+
+def _torch_empty(shape, dtype):
+    import torch
+    return torch.empty(shape, dtype=getattr(torch, dtype))
+
+
+# Resharder(array=...): how outputs are allocated, and the dtypes that kind has none for.
+_ALLOCATORS = {"numpy": (_numpy_empty, {"bfloat16"}), "torch": (_torch_empty, set())}
 
 
 class Resharder:
     """A plan compiled once for a backend: 'local' (threads in this process) or 'mpi' (one rank
     per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD).
+    `array`: what outputs not given in `out` are allocated as, 'numpy' or 'torch', the same on
+    every rank whatever it holds (numpy has no bfloat16: a plan with one needs 'torch' or out=).
     `timeout`: seconds compiling or one wait() may block (a peer process that died or hangs)
     before the process prints what it waited in and exits with status 3, so that mpirun stops
     every rank; 0: forever. `max_staging_bytes`: the plan is refused (ValueError, before any byte
     moves) when the memory this process would hold besides the arrays (boxes it relays or keeps
     beside a destination shard, packed messages) is larger; 0: no limit. `staging_bytes` gives
-    that memory: allocated once, reused by every run."""
+    that memory: allocated once, reused by every run. One run is in flight at a time: run() from
+    several threads takes turns; start() or wait() while another thread's run is in flight raises
+    RuntimeError."""
 
     def __init__(self, plan, backend="local", comm=None, threads=0, timeout=300.0,
-                 max_staging_bytes=0):
+                 max_staging_bytes=0, array="numpy"):
         if not isinstance(plan, Plan):
             raise TypeError(f"plan {plan!r}: expected an mc.Plan")
+        if array not in _ALLOCATORS:
+            raise ValueError(f"bad array {array!r}: expected 'numpy' or 'torch'")
         if backend == "mpi" and comm is not None:
             from mpi4py import MPI
             if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
                 raise ValueError("comm: expected MPI.COMM_WORLD (rank r plays device r)")
-        self._core = _core.Resharder(plan, backend, threads, float(timeout),
-                                     int(max_staging_bytes))
+        self._allocate, unheld = _ALLOCATORS[array]
+        self._unheld = {t["name"]: t["dtype"] for t in plan.batch if t["dtype"] in unheld}
+        self.array = array
+        self._core = _core.Resharder(plan, backend, _integer(threads, "threads", 32),
+                                     _number(timeout, "timeout"),
+                                     _integer(max_staging_bytes, "max_staging_bytes"))
         self._names = self._core.tensor_names
+        self._turns = _threading.Lock()  # run() from several threads: one at a time
         self.plan = plan
 
     @property
@@ -225,8 +339,8 @@ class Resharder:
 
     def start(self, src, out=None):
         """Starts moving `src` {device: array} (a batch: {name: {device: array}}) into `out`
-        (allocated when None) and returns; wait() returns the outputs. The GIL is released while
-        the bytes move."""
+        (allocated as `array` says when None) and returns; wait() returns the outputs. The GIL is
+        released while the bytes move."""
         names = self._names
         # A batch's shards are {name: {device: array}}; a plan of one tensor also takes
         # {device: array}, and returns its outputs in the form it was given.
@@ -249,20 +363,26 @@ class Resharder:
         for i, s in enumerate(srcs):
             if not isinstance(s, dict):
                 raise TypeError(f"src[{names[i]!r}]: got {type(s).__name__}, expected {{device: array}}")
-        first = next((a for s in srcs for a in s.values()), None)
-        allocate = _allocator(first) if out is None or batched else None
-        outputs = self._core.start(srcs, outs, allocate)
-        self._out = dict(zip(names, outputs)) if batched else outputs[0]
+        # Decided by the plan and which outputs were given, never by what this rank holds, so
+        # that every rank of an MPI job refuses the same run before any byte moves.
+        for name, given in zip(names, outs):
+            if given is None and name in self._unheld:
+                tensor = f"tensor {name!r}" if batched else "the tensor"
+                raise ValueError(f"{tensor} is {self._unheld[name]}, which {self.array} has no "
+                                 f"dtype for: make the Resharder with array='torch', or pass its "
+                                 f"outputs in out=")
+        self._core.start(srcs, outs, self._allocate, batched)
 
     def wait(self):
-        """Waits for the run started last; returns the outputs, as start() was given them."""
-        self.seconds = self._core.wait()
-        out, self._out = self._out, None
+        """Waits for the run in flight; returns its outputs, in the form start() was given."""
+        self.seconds, out = self._core.wait()
         return out
 
     def run(self, src, out=None):
-        self.start(src, out)
-        return self.wait()
+        """start() then wait(); threads calling it take turns."""
+        with self._turns:
+            self.start(src, out)
+            return self.wait()
 
 
 def _slices(box):
@@ -273,12 +393,16 @@ def _empty(box):
     return any(hi <= lo for lo, hi in box)
 
 
-def shard(array, layout):
-    """{device: tile} of a global numpy array or torch tensor; tiles are contiguous (views of
-    `array` where they can be)."""
+def shard(array, layout, devices=None):
+    """{device: tile} of a global numpy array or torch tensor, of every device of the layout or
+    of `devices` only (e.g. a Resharder's devices: this rank's); tiles are contiguous (views of
+    `array` where they can be), empty ones left out."""
     if not isinstance(layout, Layout):
         raise TypeError(f"layout {layout!r}: expected an mc.Layout")
-    tiles = _core.tiles(list(array.shape), layout)
+    tiles = layout.tiles(array.shape)
+    if devices is not None:
+        devices = {_integer(d, "device", 32) for d in devices}
+        tiles = {d: b for d, b in tiles.items() if d in devices}
     if _is_torch(array):
         return {d: array[_slices(b)].contiguous() for d, b in tiles.items() if not _empty(b)}
     import numpy

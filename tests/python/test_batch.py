@@ -39,7 +39,7 @@ def test_batch_every_element(use_torch):
     assert {p["tensor"] for op in plan.ops for p in op["pieces"]} == set(range(len(tensors)))
     xs = globals_of(tensors, use_torch)
     src = {name: mc.shard(xs[name], tensors[name][2]) for name in tensors}
-    out = mc.Resharder(plan).run(src)
+    out = mc.Resharder(plan, array="torch" if use_torch else "numpy").run(src)
     assert sorted(out) == sorted(tensors)
     for name, (_, _, _, dst) in tensors.items():
         want = mc.shard(xs[name], dst)
@@ -92,3 +92,18 @@ def test_batch_buckets_fuse_the_small_tensors_and_bucket_bytes_zero_does_not():
         want = mc.shard(xs[name], dst)
         for d in want:
             assert np.array_equal(out[name][d], want[d]), (name, d)
+
+
+def test_a_batch_plan_describes_every_tensor():
+    tensors = batch()
+    plan = mc.plan(tensors, cluster=CLUSTER)
+    total = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype, _, _ in tensors.values())
+    assert repr(plan).startswith(f"Plan({len(plan.ops)} ops, 4 tensors, {total} bytes, lower_bound_s=")
+    assert plan.bytes == total
+    def spec(layout, shape):  # the Alpa form at the tensor's rank
+        return mc.Layout(layout.mesh, layout.spec_text, ndim=len(shape)).spec
+    assert [(t["name"], tuple(t["shape"]), t["dtype"], t["src_spec"], t["dst_spec"]) for t in plan.batch] == \
+        [(n, s, d, spec(src, s), spec(dst, s)) for n, (s, d, src, dst) in tensors.items()]
+    with pytest.raises(ValueError, match=r"plan.shape: the plan moves 4 tensors, each with its own; "
+                                         r"plan.batch lists them"):
+        plan.shape

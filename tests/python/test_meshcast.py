@@ -71,7 +71,7 @@ def test_torch_tensors_and_bfloat16():
     plan = mc.plan(shape=(6, 10), dtype="bfloat16", src=src, dst=dst,
                    cluster=mc.Cluster(hosts=2, devices_per_host=4))
     x = torch.arange(60, dtype=torch.float32).reshape(6, 10).to(torch.bfloat16)
-    out = mc.Resharder(plan).run(mc.shard(x, src))
+    out = mc.Resharder(plan, array="torch").run(mc.shard(x, src))
     want = mc.shard(x, dst)
     assert all(isinstance(t, torch.Tensor) and torch.equal(out[d], want[d]) for d, t in want.items())
     assert torch.equal(mc.unshard(out, dst), x)
@@ -148,7 +148,7 @@ def test_start_wait_releases_the_gil():
     out = resharder.wait()
     assert busy == 499500
     assert all(np.array_equal(out[d], t) for d, t in mc.shard(x, dst).items())
-    with pytest.raises(ValueError, match="nothing was started"):
+    with pytest.raises(RuntimeError, match="nothing was started"):
         resharder.wait()
     # Dropped while a run is in flight: the run finishes first, nothing crashes.
     out = {d: np.zeros_like(t) for d, t in mc.shard(x, dst).items()}
@@ -261,3 +261,95 @@ def test_staging_memory_is_reported_and_bounded():
     assert resharder.staging_bytes == 128
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
     np.testing.assert_array_equal(resharder.run({0: x})[2], x)
+
+
+def test_lazily_negated_torch_tensors_are_refused():
+    # t.neg() views keep the values un-negated in memory with a bit set: their bytes are not theirs.
+    def negated_src(s, o):
+        s[0] = torch._neg_view(torch.from_numpy(-s[0]))
+        return s, o
+    assert "src[0]: a torch tensor with is_neg() set" in bad_input_error(negated_src)
+
+    def negated_out(s, o):
+        o[8] = torch._neg_view(torch.zeros(tuple(o[8].shape)))
+        return s, o
+    assert "out[8]: a torch tensor with is_neg() set" in bad_input_error(negated_out)
+
+
+def test_integers_out_of_range_name_the_argument():
+    _, src, dst, x = example()
+    cluster = mc.Cluster(hosts=4, devices_per_host=4)
+    with pytest.raises(ValueError, match=r"bad hosts 1099511627776: expected an integer in"):
+        mc.Cluster(hosts=1 << 40, devices_per_host=4)
+    with pytest.raises(ValueError, match=r"bad shape entry 1180591620717411303424"):
+        mc.plan(shape=(1 << 70, 4), dtype="float32", src=src, dst=dst, cluster=cluster)
+    with pytest.raises(ValueError, match=r"bad chunk_bytes 18446744073709551616"):
+        mc.plan(shape=(64, 32), dtype="float32", src=src, dst=dst, cluster=cluster,
+                chunk_bytes=1 << 64)
+    with pytest.raises(TypeError, match=r"threads 'many': expected an integer"):
+        mc.Resharder(example()[0], threads="many")
+    with pytest.raises(ValueError, match=r"src: device 1180591620717411303424 is not in the source mesh"):
+        mc.Resharder(example()[0]).run({**mc.shard(x, src), 1 << 70: x})
+    with pytest.raises(ValueError, match=r"bad ndim -1: expected an integer >= 0"):
+        mc.Layout(mc.Mesh([2]), "S0", ndim=-1)
+
+
+def test_tile_shapes_without_the_global_array():
+    mesh = mc.Mesh([2, 4], axis_names=("dp", "tp"))
+    x = np.arange(10 * 3).reshape(10, 3)
+    for spec in ([mc.Shard(0), mc.Shard(0)], mc.P(("dp", "tp"), None), "RS1"):
+        layout = mc.Layout(mesh, spec)
+        shards = mc.shard(x, layout)
+        for d in mesh.devices:
+            shape = layout.tile_shape((10, 3), d)
+            assert (d in shards) == (0 not in shape), (spec, d, shape)  # empty tiles left out
+            box = layout.tile((10, 3), d)
+            assert np.array_equal(x[tuple(slice(lo, hi) for lo, hi in box)].reshape(shape),
+                                  shards.get(d, np.zeros(shape, x.dtype)))
+        assert mc.shard(x, layout, devices=[5, 99]).keys() == shards.keys() & {5}
+    with pytest.raises(ValueError, match="device 8 is not in the mesh"):
+        mc.Layout(mesh, "S0R").tile_shape((10, 3), 8)
+
+
+def test_dtypes_of_torch_and_numpy_and_exported_exceptions():
+    _, src, dst, _ = example()
+    cluster = mc.Cluster(hosts=4, devices_per_host=4)
+    def plan(dtype):
+        return mc.plan(shape=(64, 32), dtype=dtype, src=src, dst=dst, cluster=cluster).to_json()
+    assert plan(torch.bfloat16) == plan("bfloat16")
+    assert plan(np.float32) == plan(np.dtype("float32")) == plan(torch.float32) == plan("float32")
+    assert "64x32 int8 S0R -> RS1" in repr(mc.plan(shape=(64, 32), dtype=np.int8, src=src, dst=dst,
+                                                   cluster=cluster))
+    assert issubclass(mc.InvalidArgument, ValueError) and issubclass(mc.ParseError, ValueError)
+    assert issubclass(mc.Error, RuntimeError)
+    with pytest.raises(mc.InvalidArgument, match="bad sharding spec 'S0Q'"):
+        mc.Layout(mc.Mesh([2]), "S0Q")
+    with pytest.raises(mc.ParseError, match="not JSON"):
+        mc.Plan.from_json("{")
+
+
+def test_dtensor_words_mesh_dim_names_and_torch_placement_objects():
+    mesh = mc.Mesh([2, 4], mesh_dim_names=("dp", "tp"))
+    assert mesh.axis_names == ["dp", "tp"] and mc.Layout(mesh, mc.P(None, "tp")).spec == "RS1"
+    with pytest.raises(ValueError, match="axis_names .* and mesh_dim_names .* differ"):
+        mc.Mesh([2, 4], axis_names=("a", "b"), mesh_dim_names=("dp", "tp"))
+
+    # Stand-ins for torch >= 2's torch.distributed.tensor placements (Debian's torch is 1.13):
+    # meshcast knows them by class name and `dim`, importing no torch module.
+    class Shard:
+        def __init__(self, dim):
+            self.dim = dim
+
+        def __repr__(self):
+            return f"Shard(dim={self.dim})"
+
+    class Replicate:
+        pass
+
+    class Partial:
+        pass
+
+    assert mc.Layout(mesh, [Replicate(), Shard(1)], ndim=2).spec == "RS1"
+    assert mc.Layout(mesh, [Shard(0), mc.Shard(0)], ndim=2).spec == "S0/1R"
+    with pytest.raises(ValueError, match="pending reduction"):
+        mc.Layout(mesh, [Partial(), Shard(0)])

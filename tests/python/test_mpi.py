@@ -35,3 +35,13 @@ def test_a_stopped_rank_ends_every_other_rank_within_the_timeout():
     done = mpirun(4, str(HERE / "mpi_stuck_rank.py"))
     assert done.returncode != 0, done.stdout + done.stderr
     assert "run 3 did not finish within the timeout of 3 s" in done.stderr, done.stderr
+
+
+def test_outputs_are_the_kind_asked_for_on_every_rank_whatever_it_holds():
+    done = mpirun(4, str(HERE / "mpi_outputs.py"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "bfloat16 numpy: ValueError (the tensor is bfloat16, which numpy has no dtype for" \
+        in done.stdout and "on ranks 0,1,2,3" in done.stdout, done.stdout
+    assert "bfloat16 torch: nothing on ranks 0,1; torch.Tensor on ranks 2,3" in done.stdout
+    assert "float32 numpy: nothing on ranks 0,1; numpy.ndarray on ranks 2,3" in done.stdout
+    assert "float32 torch: nothing on ranks 0,1; torch.Tensor on ranks 2,3" in done.stdout
