@@ -471,11 +471,49 @@ class Resharder {
   // Checks every array, allocating missing outputs with `allocate(shape, dtype)`, then starts.
   // wait() returns the outputs: {name: {device: array}} when `batched`, else the one dict.
   void start(const py::list& src, const py::list& out, const py::object& allocate, bool batched) {
-    // Python threads interleave only where the GIL is released: the state changes under it.
+    // The state changes under the GIL, and is claimed before any Python code runs (allocate,
+    // a torch tensor's attributes), which may let another thread in.
     if (state_ != State::idle)
       throw std::runtime_error(
           "start(): a run is in flight (started, not yet waited for): wait() for it first; one "
           "Resharder runs one plan at a time");
+    state_ = State::starting;
+    try {
+      check_and_start(src, out, allocate, batched);
+    } catch (...) {
+      state_ = State::idle;
+      keep_.clear();
+      result_ = py::none();
+      throw;
+    }
+    state_ = State::running;
+    ++runs_;
+  }
+
+  // (seconds, the outputs of the run in flight).
+  py::tuple wait() {
+    if (state_ == State::idle) throw std::runtime_error("wait(): nothing was started");
+    if (state_ != State::running)
+      throw std::runtime_error(fmt::format(
+          "wait(): another thread is {} the run in flight; one Resharder runs one plan at a time",
+          state_ == State::starting ? "starting" : "already waiting for"));
+    state_ = State::waiting;
+    RunTiming timing;
+    {
+      py::gil_scoped_release release;
+      watchdog_.enter(fmt::format("run {}", runs_));
+      timing = compiled_->wait();
+      watchdog_.leave();
+    }
+    state_ = State::idle;
+    keep_.clear();
+    return py::make_tuple(timing.seconds, std::exchange(result_, py::none()));
+  }
+
+ private:
+  // start() once its state is claimed: the arrays checked and bound, missing outputs allocated.
+  void check_and_start(const py::list& src, const py::list& out, const py::object& allocate,
+                       bool batched) {
     py::list outputs;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const std::string label = tensor_label(i);
@@ -534,41 +572,10 @@ class Resharder {
     buffers_ = std::move(buffers);
     keep_ = std::move(keep);
     result_ = std::move(result);
-    state_ = State::starting;
-    try {
-      py::gil_scoped_release release;
-      compiled_->start(buffers_);
-    } catch (...) {
-      state_ = State::idle;
-      keep_.clear();
-      result_ = py::none();
-      throw;
-    }
-    state_ = State::running;
-    ++runs_;
+    py::gil_scoped_release release;
+    compiled_->start(buffers_);
   }
 
-  // (seconds, the outputs of the run in flight).
-  py::tuple wait() {
-    if (state_ == State::idle) throw std::runtime_error("wait(): nothing was started");
-    if (state_ != State::running)
-      throw std::runtime_error(fmt::format(
-          "wait(): another thread is {} the run in flight; one Resharder runs one plan at a time",
-          state_ == State::starting ? "starting" : "already waiting for"));
-    state_ = State::waiting;
-    RunTiming timing;
-    {
-      py::gil_scoped_release release;
-      watchdog_.enter(fmt::format("run {}", runs_));
-      timing = compiled_->wait();
-      watchdog_.leave();
-    }
-    state_ = State::idle;
-    keep_.clear();
-    return py::make_tuple(timing.seconds, std::exchange(result_, py::none()));
-  }
-
- private:
   // "['name']" for a tensor of a batch, "" for a single tensor: messages say src['w1'][3].
   std::string tensor_label(size_t i) const {
     return tensors_.size() > 1 ? fmt::format("['{}']", tensors_[i].name) : "";
