@@ -233,7 +233,8 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
                 raise TypeError(f"{where}{side} {value!r}: expected an mc.Layout")
         checked.append((name, _shape(shape_, f"{where}shape"), _dtype_name(dtype_, f"{where}dtype"),
                         src_, dst_))
-    return _core.plan(checked, tensors is not None, cluster, strategy, balance, bool(split),
+    return _core.plan(checked, tensors is not None, cluster, str(strategy),
+                      None if balance is None else str(balance), bool(split),
                       _integer(chunk_bytes, "chunk_bytes"), _number(search_effort, "search_effort"),
                       None if bucket_bytes is None else _integer(bucket_bytes, "bucket_bytes"))
 
@@ -320,7 +321,7 @@ class Resharder:
         self._allocate, unheld = _ALLOCATORS[array]
         self._unheld = {t["name"]: t["dtype"] for t in plan.batch if t["dtype"] in unheld}
         self.array = array
-        self._core = _core.Resharder(plan, backend, _integer(threads, "threads", 32),
+        self._core = _core.Resharder(plan, str(backend), _integer(threads, "threads", 32),
                                      _number(timeout, "timeout"),
                                      _integer(max_staging_bytes, "max_staging_bytes"))
         self._names = self._core.tensor_names

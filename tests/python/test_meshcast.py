@@ -286,6 +286,8 @@ def test_integers_out_of_range_name_the_argument():
     with pytest.raises(ValueError, match=r"bad chunk_bytes 18446744073709551616"):
         mc.plan(shape=(64, 32), dtype="float32", src=src, dst=dst, cluster=cluster,
                 chunk_bytes=1 << 64)
+    with pytest.raises(ValueError, match=r"bad strategy '3'"):  # a str() of what was given
+        mc.plan(shape=(64, 32), dtype="float32", src=src, dst=dst, cluster=cluster, strategy=3)
     with pytest.raises(TypeError, match=r"threads 'many': expected an integer"):
         mc.Resharder(example()[0], threads="many")
     with pytest.raises(ValueError, match=r"src: device 1180591620717411303424 is not in the source mesh"):
