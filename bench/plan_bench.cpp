@@ -5,7 +5,7 @@
 
 #include "grown_layouts.h"
 
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 
 namespace meshcast {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/local/local_executor.h"

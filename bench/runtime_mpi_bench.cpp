@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/measure.h"
 #include "meshcast/runtime/mpi/mpi_executor.h"

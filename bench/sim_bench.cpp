@@ -4,7 +4,7 @@
 
 #include "grown_layouts.h"
 
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 
 namespace meshcast {

@@ -9,7 +9,7 @@
 #include "corpus.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 
 namespace meshcast {
 namespace {

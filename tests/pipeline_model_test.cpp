@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "meshcast/error.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 
 namespace meshcast::pipeline {

@@ -8,10 +8,10 @@
 
 #include "corpus.h"
 #include "meshcast/error.h"
-#include "meshcast/plan/estimate.h"
 #include "meshcast/plan/json.h"
-#include "meshcast/plan/planner.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/planner/estimate.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 
 namespace meshcast {

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "corpus.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 
 namespace meshcast {
 namespace {

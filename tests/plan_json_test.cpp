@@ -4,7 +4,7 @@
 
 #include "corpus.h"
 #include "meshcast/error.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast {

@@ -1,6 +1,6 @@
 // make_plan on hand-checked cases and the paper's suite: op shapes of each strategy, sender
 // balance, ordering, split senders, chunk choice and the lower bound.
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 
 #include "meshcast/error.h"
-#include "meshcast/plan/estimate.h"
-#include "meshcast/plan/lower_bound.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/planner/estimate.h"
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"
 

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "meshcast/error.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast {

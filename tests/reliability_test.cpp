@@ -8,7 +8,7 @@
 #include "meshcast/layout/sharding_spec.h"
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/json.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffers.h"
 
 namespace meshcast {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "corpus.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
 #include "meshcast/tasks/batch.h"

@@ -6,8 +6,8 @@
 
 #include "corpus.h"
 #include "meshcast/plan/dependencies.h"
-#include "meshcast/plan/estimate.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/estimate.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"
 

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "meshcast/error.h"
-#include "meshcast/plan/lower_bound.h"
-#include "meshcast/plan/planner.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/planner/lower_bound.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/local/local_executor.h"
 #include "meshcast/runtime/measure.h"
 #include "meshcast/sim/simulator.h"

@@ -8,7 +8,7 @@
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 
 namespace meshcast::pipeline {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "meshcast/error.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/buffers.h"
 

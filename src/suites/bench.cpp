@@ -18,7 +18,7 @@
 #include "meshcast/layout/sharding_spec.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
-#include "meshcast/plan/lower_bound.h"
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/tasks/paper_cases.h"

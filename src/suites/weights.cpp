@@ -7,8 +7,8 @@
 #include <map>
 
 #include "meshcast/error.h"
-#include "meshcast/plan/lower_bound.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/lower_bound.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/suites/model.h"
 #include "meshcast/tasks/paper_cases.h"

@@ -16,8 +16,8 @@
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
-#include "meshcast/plan/planner.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast::cli {

@@ -9,7 +9,7 @@
 
 #include "meshcast/pipeline/schedule.h"
 #include "meshcast/plan/plan.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/tasks/unit_task.h"
 
 namespace meshcast::cli {

@@ -9,8 +9,8 @@
 
 #include "cli_common.h"
 #include "cli_errors.h"
-#include "meshcast/plan/estimate.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/planner/estimate.h"
 #include "verbs.h"
 
 namespace meshcast::cli {

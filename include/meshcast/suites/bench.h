@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 #include "meshcast/runtime/executor.h"
 #include "meshcast/runtime/measure.h"
 

@@ -1,4 +1,4 @@
-#include "meshcast/plan/estimate.h"
+#include "meshcast/planner/estimate.h"
 
 #include "meshcast/sim/simulator.h"
 

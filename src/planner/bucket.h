@@ -1,4 +1,4 @@
-// Internal to the plan layer: fusing small transfers into buckets.
+// Internal to the planner layer: fusing small transfers into buckets.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,10 @@
-// Internal to the plan layer: the balance modes choose each transfer's sender and the op order.
+// Internal to the planner layer: the balance modes choose each transfer's sender and the op order.
 #pragma once
 
 #include <vector>
 
 #include "jobs.h"
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 
 namespace meshcast::detail {
 

@@ -1,4 +1,4 @@
-#include "meshcast/plan/planner.h"
+#include "meshcast/planner/planner.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include "bucket.h"
 #include "jobs.h"
 #include "meshcast/error.h"
-#include "meshcast/plan/estimate.h"
-#include "meshcast/plan/lower_bound.h"
+#include "meshcast/planner/estimate.h"
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/sim/simulator.h"
 
 namespace meshcast {

@@ -1,4 +1,4 @@
-// Internal to the plan layer: the strategies turn unit tasks into jobs whose senders the balance
+// Internal to the planner layer: the strategies turn unit tasks into jobs whose senders the balance
 // modes then choose.
 #pragma once
 

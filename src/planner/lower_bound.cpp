@@ -1,4 +1,4 @@
-#include "meshcast/plan/lower_bound.h"
+#include "meshcast/planner/lower_bound.h"
 
 #include <algorithm>
 #include <map>
