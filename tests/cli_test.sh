@@ -150,7 +150,7 @@ check simulate-plan-file 0 "plan: allgather balance size" -- "$MESHCAST" simulat
 check simulate-trace 0 '"traceEvents".*"name":"nic0.out"' -- cat "$TMP/trace.json"
 check simulate-unwritable 2 "cannot write" -- "$MESHCAST" simulate --paper-case 1 --trace "$TMP/no/dir/t.json"
 check bench-paper 0 "^7 .*broadcast/order .* 7\.9[0-9]x" -- "$MESHCAST" bench --cases 1,7
-check bench-json 0 '"backend":"sim".*"rows":\[\{"algbw_gbs":[0-9.e-]+,"balance":"size","busbw_gbs":[0-9.e-]+,"case":7' -- "$MESHCAST" bench --cases 7 --json
+check bench-json 0 '"backend":"sim".*"rows":\[\{"algbw_gbs":[0-9.e-]+,"balance":"size","case":7,.*"nicbw_gbs":[0-9.e-]+' -- "$MESHCAST" bench --cases 7 --json
 "$MESHCAST" bench --cases 2,6 --svg "$TMP/chart.svg" >/dev/null
 check bench-svg 0 "case 6" -- cat "$TMP/chart.svg"
 check bench-single-sender 0 "4x2 .*broadcast/order" -- "$MESHCAST" bench --suite single-sender --strategies broadcast

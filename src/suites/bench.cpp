@@ -384,7 +384,7 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
   BenchRow row{.label = bench_case.label, .description = bench_case.description, .choice = choice};
   row.tensor_bytes = bench_case.problem.tensor.bytes();
   const auto in = host_in_bytes(bench_case.problem, decompose(bench_case.problem));
-  row.bus_bytes = in.empty() ? 0 : *std::max_element(in.begin(), in.end());
+  row.nic_in_bytes = in.empty() ? 0 : *std::max_element(in.begin(), in.end());
   const auto planning = Clock::now();
   const auto make = [&] {
     Plan plan = make_plan(bench_case.problem, PlanOptions{.strategy = choice.strategy,

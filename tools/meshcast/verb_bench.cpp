@@ -112,14 +112,14 @@ void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
   size_t width = 6;
   for (const auto& r : rows) width = std::max(width, r.description.size());
   fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8} {:>7} {:>7} {:>7} {:>8}", "case", "layout", width,
-             "strategy", "time", "Gbps", "algbw", "busbw", "/bound", "speedup");
+             "strategy", "time", "Gbps", "algbw", "nicbw", "/bound", "speedup");
   if (real) fmt::print(" {:>10} {:>8}", "sim", "meas/sim");
   if (o.grow) fmt::print(" {:>8} {:>10} {:>10}", "ops", "planning", "simulation");
   fmt::print("\n");
   for (const auto& r : rows) {
     fmt::print("{:<6} {:<{}} {:<16} {:>10} {:>8.2f} {:>7.3f} {:>7.3f} {:>7.3f} {:>8}", r.label,
                r.description, width, r.choice.name(), human_seconds(r.time_s), r.effective_gbps(),
-               r.algbw_gbs(), r.busbw_gbs(), r.ratio(),
+               r.algbw_gbs(), r.nicbw_gbs(), r.ratio(),
                r.speedup > 0 ? fmt::format("{:.2f}x", r.speedup) : "-");
     if (real)
       fmt::print(" {:>10} {:>8.3f}", human_seconds(r.predicted_s), r.measured_over_predicted());
@@ -137,8 +137,8 @@ void print_table(const BenchOptions& o, const std::vector<BenchCase>& suite,
                rows.size());
   }
   fmt::print(
-      "time: {}; Gbps: tensor bits / time; algbw: tensor bytes / time, GB/s; busbw: the most bytes "
-      "a host must receive / time, GB/s (nccl-tests' figures, docs/cli.md#meshcast-bench); "
+      "time: {}; Gbps: tensor bits / time; algbw: tensor bytes / time, GB/s; nicbw: the most bytes "
+      "a host must take in over its NICs / time, GB/s (docs/cli.md#meshcast-bench); "
       "/bound: time / lower bound; speedup: send_recv's time / time{}\n",
       real ? fmt::format("measured (median of {} runs after {} warm-up{})", o.measure.iters,
                          o.measure.warmup, o.measure.verify ? ", every element verified" : "")
@@ -173,7 +173,7 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
          {"ratio", r.ratio()},
          {"effective_gbps", r.effective_gbps()},
          {"algbw_gbs", r.algbw_gbs()},
-         {"busbw_gbs", r.busbw_gbs()},
+         {"nicbw_gbs", r.nicbw_gbs()},
          {"speedup", r.speedup > 0 ? nlohmann::json(r.speedup) : nullptr},
          {"predicted_s", r.predicted_s > 0 ? nlohmann::json(r.predicted_s) : nullptr},
          {"measured_over_predicted",

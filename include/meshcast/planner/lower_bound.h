@@ -17,7 +17,7 @@ double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks
 
 // in(h) of docs/concepts.md for every host: the bytes host h must take in over its NICs in any
 // plan (slices its receivers need and none of its devices holds). Its maximum over time is the
-// bus bandwidth (busbw) of `meshcast bench`.
+// NIC bandwidth figure (nicbw) of `meshcast bench`.
 std::vector<double> host_in_bytes(const Resharding& problem, const std::vector<UnitTask>& tasks);
 
 }  // namespace meshcast

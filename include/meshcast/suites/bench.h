@@ -85,18 +85,19 @@ struct BenchRow {
   // local/mpi: the simulator's time for the same plan on the case's cluster, on the leader
   // (0 with the sim backend, whose time is the prediction).
   double predicted_s = 0;
-  double bus_bytes = 0;  // the most bytes one host must take in over its NICs (host_in_bytes)
-  int64_t checked = 0;   // local/mpi with verify: destination elements checked (all were right)
+  double nic_in_bytes = 0;  // the most bytes one host must take in over its NICs (host_in_bytes)
+  int64_t checked = 0;      // local/mpi with verify: destination elements checked (all were right)
 
   double ratio() const { return time_s / lower_bound_s; }
   double measured_over_predicted() const { return time_s / predicted_s; }
   // Tensor bits over time, as the paper reports it (docs/results.md).
   double effective_gbps() const;
-  // nccl-tests' figures, in GB/s (1e9 B/s): algbw = tensor bytes / time, busbw = bus_bytes /
-  // time (comparable with one NIC's bandwidth: equal to it when the busiest receiving host's
-  // NIC carries only what it must, all the time).
+  // In GB/s (1e9 B/s): algbw = tensor bytes / time, as nccl-tests defines it; nicbw =
+  // nic_in_bytes / time, comparable with a host's NIC bandwidth (equal to it when the busiest
+  // receiving host's NICs carry only what they must, all the time). nicbw is not nccl-tests'
+  // busbw, which scales algbw by a factor fixed per collective (docs/concepts.md).
   double algbw_gbs() const { return static_cast<double>(tensor_bytes) / time_s / 1e9; }
-  double busbw_gbs() const { return bus_bytes / time_s / 1e9; }
+  double nicbw_gbs() const { return nic_in_bytes / time_s / 1e9; }
 };
 
 // Plans `bench_case` with `choice` and times it on `backend`: the one place a row's time is
