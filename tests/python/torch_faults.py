@@ -1,8 +1,9 @@
 """Run by test_torch.py as 4 processes of one gloo group (env:// variables set by the test, as a
 launcher sets them). Mode `refusals`: a plan for another world size and ranks given different
 plans raise ValueError on every rank before any byte moves, and the group still works after.
-Mode `killed`: rank 1 kills itself (SIGKILL) during the third run; every other rank's run must
-raise (RuntimeError: the peer's connection closed, or TimeoutError) within the timeout, and the
+Mode `killed`: rank 1 kills itself (SIGKILL) before its third run; every other rank's third run
+(a rank that had no part left to play with rank 1 then the next, whose peer left after raising)
+must raise (RuntimeError: a peer's connection closed, or TimeoutError) within the timeout, and the
 process lives on to print what it caught."""
 import os
 import signal
@@ -54,7 +55,8 @@ elif mode == "killed":
         try:
             resharder.run(mine)
         except (RuntimeError, TimeoutError) as e:
-            print(f"rank {rank}: run {run} raised {type(e).__name__} after "
+            kind = "TimeoutError" if isinstance(e, TimeoutError) else "RuntimeError"
+            print(f"rank {rank}: run {run} raised {kind} after "
                   f"{time.monotonic() - started:.1f} s: {e}", flush=True)
             os._exit(0)  # the group is broken: leave without its destructor
     print(f"rank {rank}: 999 runs, expected the killed peer to stop them")
