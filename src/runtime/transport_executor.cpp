@@ -332,12 +332,13 @@ class TransportExecutor final : public Executor {
     std::string mine(sizeof(T), '\0');
     std::memcpy(mine.data(), &value, sizeof(T));
     const auto all = transport_->allgather(mine, deadline);
-    T out = value;
-    for (const std::string& theirs : all) {
-      T v;
-      std::memcpy(&v, theirs.data(), sizeof(T));
-      out = combine(out, v);
-    }
+    const auto of = [&](int rank) {
+      T v{};
+      std::memcpy(&v, all[rank].data(), sizeof(T));
+      return v;
+    };
+    T out = of(0);
+    for (int rank = 1; rank < static_cast<int>(all.size()); ++rank) out = combine(out, of(rank));
     return out;
   }
 
