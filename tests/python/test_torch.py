@@ -91,6 +91,26 @@ def test_a_killed_peer_raises_on_every_other_rank_within_the_timeout():
         assert "raised RuntimeError" in output or "raised TimeoutError" in output, output
 
 
+def small_plan():
+    import meshcast as mc
+    return mc.plan(shape=(4,), dtype="float32", src=mc.Layout(mc.Mesh([2], [0, 1]), "S0"),
+                   dst=mc.Layout(mc.Mesh([2], [1, 0]), "S0"),
+                   cluster=mc.Cluster(hosts=1, devices_per_host=2))
+
+
+def test_group_and_ranks_only_with_the_torch_backend():
+    import meshcast as mc
+    with pytest.raises(ValueError, match="group, ranks: given for backend 'local', expected them "
+                                         "only with backend='torch'"):
+        mc.Resharder(small_plan(), ranks=[0, 1])
+
+
+def test_the_torch_backend_needs_an_initialized_group():
+    import meshcast as mc
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        mc.Resharder(small_plan(), backend="torch")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="NCCL needs CUDA, and torch.cuda.is_available() is False here")
 def test_nccl_group_on_cuda_tensors():
