@@ -6,7 +6,11 @@ plan, and every replica's shards are checked bit for bit against the trainer's w
 
   PYTHONPATH=build/python /usr/bin/python3 examples/weight_sync.py           # all 8 devices here
   mpirun -np 8 /usr/bin/python3 examples/weight_sync.py                      # one rank per device
+  /usr/bin/python3 -m torch.distributed.run --nproc_per_node 8 --redirects 2 --tee 2 \
+      examples/weight_sync.py --backend torch                                 # a gloo group
 """
+import argparse
+
 import torch
 from torch import nn
 
@@ -88,13 +92,32 @@ class Llama(nn.Module):
         return self.head(self.norm(x))
 
 
-def main():
+def processes(backend):
+    """(ranks, this rank, the Resharder's backend arguments, a sum over the ranks)."""
+    if backend == "torch":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")  # env:// as torchrun sets it
+
+        def total(n):
+            t = torch.tensor([n])
+            dist.all_reduce(t)
+            return int(t)
+        return dist.get_world_size(), dist.get_rank(), dict(backend="torch"), total
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
-    under_mpi = comm.Get_size() > 1
-    if under_mpi and comm.Get_size() != 8:
-        raise SystemExit(f"weight_sync.py: run with 8 ranks (one per device), not {comm.Get_size()}")
-    rank = comm.Get_rank()
+    if comm.Get_size() == 1:
+        return 1, 0, dict(backend="local"), lambda n: n
+    return comm.Get_size(), comm.Get_rank(), dict(backend="mpi", comm=comm), comm.allreduce
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=["auto", "torch"], default="auto",
+                        help="torch: one process per device in a gloo group (under torchrun); "
+                             "auto: mpi under mpirun, local otherwise")
+    size, rank, backend, total = processes(parser.parse_args().backend)
+    if size > 1 and size != 8:
+        raise SystemExit(f"weight_sync.py: run with 8 ranks (one per device), not {size}")
     torch.manual_seed(0)
     torch.set_num_threads(1)  # every rank computes the same weights, bit for bit
     model = Llama(CONFIG)
@@ -110,7 +133,6 @@ def main():
 
     # One joint plan of every parameter, compiled once and reused after every step.
     plan = mc.plan(batch.tensors, cluster=batch.cluster)
-    backend = dict(backend="mpi", comm=comm) if under_mpi else dict(backend="local")
     resharder = mc.Resharder(plan, **backend)
     here = resharder.devices  # this rank's device under MPI, all 8 in-process
     # The serving replicas' weights, written in place by every sync: each device allocates its
@@ -136,7 +158,7 @@ def main():
             for d, t in serving[name].items():
                 assert torch.equal(t, want[d]), f"step {step}: {name} on device {d} differs"
                 checked += t.numel()
-        checked = comm.allreduce(checked) if under_mpi else checked
+        checked = total(checked)
         if rank == 0:
             print(f"step {step}: loss {loss.item():.4f}, {len(batch.tensors)} weights synced to 2 "
                   f"serving replicas in one plan, {checked} elements checked bit for bit")

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "meshcast/error.h"
@@ -20,6 +21,7 @@
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
 #include "meshcast/runtime/executors.h"
+#include "meshcast/runtime/transport.h"
 #include "meshcast/runtime/watchdog.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/suites/model.h"
@@ -299,7 +301,8 @@ std::string to_string(const Slot& slot) {
   return fmt::format("{}{}[{}]", slot.side, slot.tensor, slot.device);
 }
 
-ArrayView view_of(const py::handle& value, const Slot& slot) {
+// `device_memory`: a torch tensor may live on an accelerator (the torch backend's NCCL group).
+ArrayView view_of(const py::handle& value, const Slot& slot, bool device_memory) {
   ArrayView v;
   if (PyObject_CheckBuffer(value.ptr())) {
     const py::buffer_info info = py::reinterpret_borrow<py::buffer>(value).request();
@@ -320,7 +323,7 @@ ArrayView view_of(const py::handle& value, const Slot& slot) {
                                      to_string(slot),
                                      py::str(py::type::of(value)).cast<std::string>()));
   const std::string device = py::str(value.attr("device")).cast<std::string>();
-  if (device != "cpu")
+  if (device != "cpu" && !device_memory)
     throw py::value_error(fmt::format("{}: a torch tensor on '{}', expected one in CPU memory",
                                       to_string(slot), device));
   // A lazily negated or conjugated tensor (t.neg() views, t.conj() of a complex one) holds the
@@ -341,8 +344,8 @@ ArrayView view_of(const py::handle& value, const Slot& slot) {
 
 // Checks `value` against the tile `box` of the plan's tensor and returns its bytes.
 std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const TensorSpec& tensor,
-                                const Slot& slot, bool written) {
-  const ArrayView v = view_of(value, slot);
+                                const Slot& slot, bool written, bool device_memory) {
+  const ArrayView v = view_of(value, slot, device_memory);
   const auto want_shape = box.extents();
   if (v.shape != want_shape)
     throw py::value_error(fmt::format("{}: shape ({}), expected ({}) (the tile {})",
@@ -428,15 +431,97 @@ struct HereTile {
   DeviceTiles tiles;
 };
 
+// A transport written in Python (meshcast._torch over torch.distributed). The executor's thread
+// calls it, taking the GIL only for the call; a Python exception becomes meshcast's (TimeoutError:
+// Timeout, any other: Error, its message kept), which wait() raises again in Python.
+class PyTransport final : public Transport {
+ public:
+  int rank() const override { return call<int>("rank"); }
+  int size() const override { return call<int>("size"); }
+  int64_t max_tag() const override { return call<int64_t>("max_tag"); }
+  std::string machine() const override { return call<std::string>("machine"); }
+  std::string name() const override { return call<std::string>("name"); }
+  std::string launch_hint(int devices) const override {
+    return call<std::string>("launch_hint", devices);
+  }
+  void post_send(int peer, int tag, const std::byte* data, int64_t bytes, bool synchronous,
+                 uint64_t cookie) override {
+    call<void>("post_send", peer, tag, reinterpret_cast<uintptr_t>(data), bytes, synchronous,
+               cookie);
+  }
+  void post_receive(int peer, int tag, std::byte* data, int64_t bytes, uint64_t cookie) override {
+    call<void>("post_receive", peer, tag, reinterpret_cast<uintptr_t>(data), bytes, cookie);
+  }
+  void poll(std::vector<uint64_t>& completed) override {
+    py::gil_scoped_acquire gil;
+    guarded([&] {
+      for (const py::handle cookie : method("poll")()) completed.push_back(cookie.cast<uint64_t>());
+    });
+  }
+  std::byte* allocate(int64_t bytes) override {
+    return reinterpret_cast<std::byte*>(call<uintptr_t>("allocate", bytes));
+  }
+  void release(std::byte* memory) override {
+    call<void>("release", reinterpret_cast<uintptr_t>(memory));
+  }
+  bool copies_itself() const override { return call<bool>("copies_itself"); }
+  // Strided copies in device memory: the Python side gets the loops as plain numbers.
+  void copy(const StridedCopy& c, const std::byte* from, std::byte* to) override {
+    const auto loop = [&](const std::array<int64_t, kMaxRank>& a) {
+      return std::vector<int64_t>(a.begin(), a.begin() + c.loops);
+    };
+    call<void>("copy", reinterpret_cast<uintptr_t>(from) + c.from_offset,
+               reinterpret_cast<uintptr_t>(to) + c.to_offset, c.run_bytes, loop(c.counts),
+               loop(c.from_strides), loop(c.to_strides));
+  }
+
+ private:
+  py::function method(const char* name) const {
+    py::function f = py::get_override(static_cast<const Transport*>(this), name);
+    if (!f) throw Error(fmt::format("the Python transport has no method {}()", name));
+    return f;
+  }
+  template <typename F>
+  static void guarded(F&& body) {
+    try {
+      body();
+    } catch (py::error_already_set& e) {
+      const std::string message = py::str(e.value()).cast<std::string>();
+      if (e.matches(PyExc_TimeoutError)) throw Timeout(message);
+      throw Error(message);
+    }
+  }
+  template <typename R, typename... Args>
+  R call(const char* name, Args&&... args) const {
+    py::gil_scoped_acquire gil;
+    if constexpr (std::is_void_v<R>) {
+      guarded([&] { method(name)(std::forward<Args>(args)...); });
+    } else {
+      std::optional<R> out;
+      guarded([&] { out = method(name)(std::forward<Args>(args)...).template cast<R>(); });
+      return *out;
+    }
+  }
+};
+
 class Resharder {
  public:
+  // `transport`: a Python Transport (backend "torch"), None otherwise. Its timeouts raise, where
+  // the other backends' end the process (the watchdog): the host process is the user's.
   Resharder(Plan plan, const std::string& backend, int threads, double timeout_s,
-            int64_t max_staging_bytes)
+            int64_t max_staging_bytes, py::object transport, bool ordered)
       : plan_(std::move(plan)),
         tensors_(tensors_of(plan_)),
-        watchdog_(timeout_s),
-        executor_(
-            make_executor(backend, {.threads = threads, .max_staging_bytes = max_staging_bytes})) {
+        transport_(std::move(transport)),
+        watchdog_(transport_.is_none() ? timeout_s : 0),
+        executor_(transport_.is_none()
+                      ? make_executor(backend,
+                                      {.threads = threads, .max_staging_bytes = max_staging_bytes})
+                      : make_transport_executor(transport_.cast<std::shared_ptr<Transport>>(),
+                                                {.max_staging_bytes = max_staging_bytes,
+                                                 .ordered = ordered,
+                                                 .timeout_s = timeout_s,
+                                                 .backend = backend})) {
     {
       py::gil_scoped_release release;
       watchdog_.enter("compiling the plan");
@@ -499,11 +584,16 @@ class Resharder {
           state_ == State::starting ? "starting" : "already waiting for"));
     state_ = State::waiting;
     RunTiming timing;
-    {
+    try {
       py::gil_scoped_release release;
       watchdog_.enter(fmt::format("run {}", runs_));
       timing = compiled_->wait();
       watchdog_.leave();
+    } catch (...) {  // the run is over (the torch backend's faults raise)
+      state_ = State::idle;
+      keep_.clear();
+      result_ = py::none();
+      throw;
     }
     state_ = State::idle;
     keep_.clear();
@@ -543,7 +633,7 @@ class Resharder {
                                             label, device, to_string(tiles.src)));
         const py::object value = given_src[key];
         const Slot slot{"src", label, device};
-        b.src = tile_bytes(value, tiles.src, t.tensor, slot, false);
+        b.src = tile_bytes(value, tiles.src, t.tensor, slot, false, !transport_.is_none());
         regions.push_back({b.src, to_string(slot), false});
         keep.push_back(value);
       }
@@ -556,7 +646,7 @@ class Resharder {
         }
         const py::object value = given_out[key];
         const Slot slot{"out", label, device};
-        b.dst = tile_bytes(value, tiles.dst, t.tensor, slot, true);
+        b.dst = tile_bytes(value, tiles.dst, t.tensor, slot, true, !transport_.is_none());
         regions.push_back({b.dst, to_string(slot), true});
         keep.push_back(value);
       }
@@ -583,6 +673,7 @@ class Resharder {
 
   Plan plan_;
   std::vector<PlanTensor> tensors_;
+  py::object transport_;  // kept alive while the executor calls it
   // Bounds compiling and each wait() (a peer that died or hangs): the process exits, and mpirun
   // stops the other ranks.
   Watchdog watchdog_;
@@ -606,6 +697,10 @@ PYBIND11_MODULE(_core, m) {
   py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
   py::register_exception<InvalidArgument>(m, "InvalidArgument", PyExc_ValueError);
   py::register_exception<ParseError>(m, "ParseError", PyExc_ValueError);
+  py::register_exception<Timeout>(m, "Timeout", PyExc_TimeoutError);
+
+  // Subclassed in Python by meshcast._torch.TorchTransport.
+  py::class_<Transport, PyTransport, std::shared_ptr<Transport>>(m, "Transport").def(py::init<>());
 
   m.def("tiles", &tiles, py::arg("shape"), py::arg("layout"));
   m.def("global_shape", &global_shape, py::arg("tile_shapes"), py::arg("layout"));
@@ -644,6 +739,8 @@ PYBIND11_MODULE(_core, m) {
                              })
       .def_readonly("lower_bound_s", &Plan::lower_bound_s)
       .def_readonly("network_bytes", &Plan::network_bytes)
+      .def_property_readonly("cluster_devices",
+                             [](const Plan& p) { return p.batch.cluster.devices(); })
       .def_property_readonly("strategy",
                              [](const Plan& p) { return std::string(to_string(p.strategy)); })
       .def_property_readonly("balance",
@@ -694,9 +791,10 @@ PYBIND11_MODULE(_core, m) {
       });
 
   py::class_<Resharder>(m, "Resharder")
-      .def(py::init<Plan, const std::string&, int, double, int64_t>(), py::arg("plan"),
-           py::arg("backend"), py::arg("threads"), py::arg("timeout_s"),
-           py::arg("max_staging_bytes"))
+      .def(py::init<Plan, const std::string&, int, double, int64_t, py::object, bool>(),
+           py::arg("plan"), py::arg("backend"), py::arg("threads"), py::arg("timeout_s"),
+           py::arg("max_staging_bytes"), py::arg("transport") = py::none(),
+           py::arg("ordered") = false)
       .def_property_readonly("staging_bytes", &Resharder::staging_bytes)
       .def_property_readonly("devices", &Resharder::devices_here)
       .def_property_readonly("tensor_names", &Resharder::tensor_names)

@@ -295,8 +295,12 @@ _ALLOCATORS = {"numpy": (_numpy_empty, {"bfloat16"}), "torch": (_torch_empty, se
 
 
 class Resharder:
-    """A plan compiled once for a backend: 'local' (threads in this process) or 'mpi' (one rank
-    per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD).
+    """A plan compiled once for a backend: 'local' (threads in this process), 'mpi' (one rank
+    per device; the rank's device is its rank in comm, which must be MPI.COMM_WORLD) or 'torch'
+    (one process per device in a torch.distributed group: device d is rank ranks[d] of `group`,
+    default the default group and ranks[d] = d; arrays, and the outputs it allocates, are torch
+    tensors on the group's device, CPU for gloo, CUDA for nccl; a timeout or a peer that died
+    raises TimeoutError or RuntimeError on every surviving rank instead of ending the process).
     `array`: what outputs not given in `out` are allocated as, 'numpy' or 'torch', the same on
     every rank whatever it holds (numpy has no bfloat16: a plan with one needs 'torch' or out=).
     `timeout`: seconds compiling or one wait() may block (a peer process that died or hangs)
@@ -309,9 +313,17 @@ class Resharder:
     RuntimeError."""
 
     def __init__(self, plan, backend="local", comm=None, threads=0, timeout=300.0,
-                 max_staging_bytes=0, array="numpy"):
+                 max_staging_bytes=0, array="numpy", group=None, ranks=None):
         if not isinstance(plan, Plan):
             raise TypeError(f"plan {plan!r}: expected an mc.Plan")
+        self._transport = None
+        if backend == "torch":
+            from meshcast import _torch
+            self._transport = _torch.TorchTransport(plan, group, ranks)
+            array = "torch"
+        elif group is not None or ranks is not None:
+            raise ValueError(f"group, ranks: given for backend {backend!r}, expected them only "
+                             f"with backend='torch'")
         if array not in _ALLOCATORS:
             raise ValueError(f"bad array {array!r}: expected 'numpy' or 'torch'")
         if backend == "mpi" and comm is not None:
@@ -321,9 +333,13 @@ class Resharder:
         self._allocate, unheld = _ALLOCATORS[array]
         self._unheld = {t["name"]: t["dtype"] for t in plan.batch if t["dtype"] in unheld}
         self.array = array
+        if self._transport is not None:
+            self._allocate = self._transport.allocator()
         self._core = _core.Resharder(plan, str(backend), _integer(threads, "threads", 32),
                                      _number(timeout, "timeout"),
-                                     _integer(max_staging_bytes, "max_staging_bytes"))
+                                     _integer(max_staging_bytes, "max_staging_bytes"),
+                                     self._transport,
+                                     self._transport is not None and self._transport.ordered)
         self._names = self._core.tensor_names
         self._turns = _threading.Lock()  # run() from several threads: one at a time
         self.plan = plan
@@ -372,6 +388,8 @@ class Resharder:
                 raise ValueError(f"{tensor} is {self._unheld[name]}, which {self.array} has no "
                                  f"dtype for: make the Resharder with array='torch', or pass its "
                                  f"outputs in out=")
+        if self._transport is not None:
+            self._transport.register([a for d in srcs + [o or {} for o in outs] for a in d.values()])
         self._core.start(srcs, outs, self._allocate, batched)
 
     def wait(self):
