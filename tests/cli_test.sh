@@ -117,10 +117,15 @@ check run-local-verify 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --ver
 check run-local-json 0 '"verified":true' -- "$MESHCAST" run "${RUN[@]}" --verify --json --strategy allgather
 check run-prediction 0 "predicted: .* by the simulator" -- "$MESHCAST" run "${RUN[@]}" --iters 1
 check run-bad-backend 2 "bad backend 'foo': expected local or mpi" -- "$MESHCAST" run "${RUN[@]}" --backend foo
-check run-bad-iters 2 "bad --iters 0: expected a number >= 1" -- "$MESHCAST" run "${RUN[@]}" --iters 0
+check run-bad-iters 2 "bad --iters 0: expected a number in 1..1000000000" -- "$MESHCAST" run "${RUN[@]}" --iters 0
+# Counts whose sum overflowed an int (a crash, exit 139) and a timeout past the clock's range (exit
+# 3 at once).
+check run-iters-overflow 2 "bad --iters 2147483647: expected a number in 1..1000000000" -- "$MESHCAST" run "${RUN[@]}" --iters 2147483647 --warmup 1
+check run-timeout-huge 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --verify --iters 1 --timeout 1e10
 check run-bad-cluster 2 "cannot read cluster file '/nonexistent.json'" -- "$MESHCAST" run "${RUN[@]}" --cluster /nonexistent.json
 check bench-local-verify 0 "backend local" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --verify
 check bench-bad-bytes 2 "bad --bytes -1" -- "$MESHCAST" bench --backend local --bytes -1
+check bench-warmup-overflow 2 "bad --warmup 2147483647: expected a number in 0..1000000000" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --warmup 2147483647
 check bench-local-predicted 0 "^7 .*broadcast/order .* [0-9.]+ (s|ms|µs) +[0-9]+\.[0-9]{3}$" -- "$MESHCAST" bench --backend local --cases 7 --bytes 65536 --iters 1 --strategies broadcast
 echo '{"nic_gbps": 1, "dev_gbps": 50, "hosts": 5, "devices_per_host": 4}' >"$TMP/links.json"
 check bench-cluster-links 0 '"hosts":3,.*"nic_gbps":1\.0.*"cluster_file":"[^"]*links.json".*"lower_bound_s":17\.1798' -- "$MESHCAST" bench --cases 7 --strategies broadcast --cluster "$TMP/links.json" --json

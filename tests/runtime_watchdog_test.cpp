@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <thread>
 
+#include "meshcast/duration.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -39,6 +41,34 @@ TEST(WatchdogTest, PhasesShorterThanTheTimeoutAndTimeOutsideAPhaseAreNotBounded)
   watchdog.leave();
   std::this_thread::sleep_for(1500ms);
   SUCCEED();
+}
+
+TEST(WatchdogDeathTest, AHugeTimeoutMeansForever) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // 1e10 s and more overflowed the clock's nanoseconds into a deadline already past: the process
+  // ended at once with exit status 3. Clamped, the phase runs on and the process exits 0.
+  for (double huge : {1e10, 1e300})
+    EXPECT_EXIT(
+        {
+          Watchdog watchdog(huge);
+          watchdog.enter("run 1 of 1");
+          std::this_thread::sleep_for(200ms);
+          watchdog.leave();
+          std::exit(0);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << huge;
+}
+
+TEST(DurationTest, SecondsAreClampedToWhatTheClockCanWaitFor) {
+  EXPECT_EQ(seconds_to_duration(1.5), std::chrono::milliseconds(1500));
+  EXPECT_EQ(seconds_to_duration(1e10), seconds_to_duration(kLongestSeconds));
+  EXPECT_EQ(seconds_to_duration(1e300), seconds_to_duration(kLongestSeconds));
+  EXPECT_GT(seconds_to_duration(kLongestSeconds), std::chrono::hours(24 * 365 * 31));
+  // now() plus the longest still lies in the future.
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_GT(now + seconds_to_duration(1e300), now);
+  EXPECT_EQ(seconds_to_duration(-1), std::chrono::steady_clock::duration::zero());
 }
 
 TEST(WatchdogTest, ANegativeOrNonFiniteTimeoutIsRefused) {

@@ -298,6 +298,12 @@ TEST(MeasureTest, PlansOfASequenceArePlayedBackToBackInOneTimedRun) {
   EXPECT_TRUE(m.verified) << m.errors << " of " << m.checked << " elements wrong";
   EXPECT_EQ(m.checked, elements);
   EXPECT_THROW(measure(executor, std::span<const Plan>(), {}), InvalidArgument);
+  // Counts whose sum overflowed an int played no run and reported a median of 0 s: refused
+  // before anything is compiled.
+  for (const auto& [iters, warmup] : {std::pair{2147483647, 1}, {3, 2147483647}, {0, 0}, {1, -1}})
+    EXPECT_THROW(measure(executor, plans, {.iters = iters, .warmup = warmup}), InvalidArgument)
+        << iters << " " << warmup;
+  EXPECT_EQ(executor.compiled, static_cast<int>(plans.size()));
 }
 
 // per_tensor on a real backend: its plans are measured as one sequence per run.

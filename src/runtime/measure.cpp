@@ -19,6 +19,15 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+void check_iteration_counts(int warmup, int iters) {
+  if (warmup < 0 || warmup > kMaxIterations)
+    throw InvalidArgument(
+        fmt::format("bad warm-up count {}: expected 0..{} runs", warmup, kMaxIterations));
+  if (iters < 1 || iters > kMaxIterations)
+    throw InvalidArgument(
+        fmt::format("bad iteration count {}: expected 1..{} runs", iters, kMaxIterations));
+}
+
 namespace {
 
 // One plan of a measured sequence, compiled, with this process's tiles.
@@ -33,10 +42,7 @@ struct Played {
 
 Measurement measure(Executor& executor, std::span<const Plan> plans, const MeasureOptions& o) {
   if (plans.empty()) throw InvalidArgument("measure: no plan given: expected at least one");
-  if (o.iters < 1)
-    throw InvalidArgument(fmt::format("bad iteration count {}: expected >= 1", o.iters));
-  if (o.warmup < 0)
-    throw InvalidArgument(fmt::format("bad warmup count {}: expected >= 0", o.warmup));
+  check_iteration_counts(o.warmup, o.iters);
   Watchdog watchdog(o.timeout_s);
   watchdog.enter(plans.size() == 1 ? std::string("compiling the plan")
                                    : fmt::format("compiling the {} plans", plans.size()));

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "meshcast/duration.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -25,8 +26,8 @@ void Watchdog::enter(std::string phase) {
   {
     std::lock_guard lock(mutex_);
     phase_ = std::move(phase);
-    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(timeout_s_));
+    // A timeout beyond kLongestSeconds waits that long: forever for any run.
+    deadline_ = Clock::now() + seconds_to_duration(timeout_s_);
   }
   changed_.notify_all();
 }

@@ -81,7 +81,8 @@ CLI::Option* add_timeout_option(CLI::App& verb, double& timeout_s, const std::st
   return verb
       .add_option("--timeout", timeout_s,
                   fmt::format("Seconds a process may wait in one phase ({}) before it names that "
-                              "phase and exits 3 (mpirun then stops every rank); 0: forever",
+                              "phase and exits 3 (mpirun then stops every rank); 0, or above "
+                              "1e9 (about 31.7 years): forever",
                               phases))
       ->capture_default_str()
       ->check(in_range(0));

@@ -463,10 +463,10 @@ void add_bench_verb(CLI::App& app) {
       ->check(in_range(0));
   verb->add_option("--iters", o->measure.iters, "local/mpi: timed iterations per row (median)")
       ->capture_default_str()
-      ->check(in_range(1));
+      ->check(in_range(1, kMaxIterations));
   verb->add_option("--warmup", o->measure.warmup, "local/mpi: untimed iterations before them")
       ->capture_default_str()
-      ->check(in_range(0));
+      ->check(in_range(0, kMaxIterations));
   verb->add_flag("--verify", o->measure.verify,
                  "local/mpi: check every destination element of each row's last run");
   add_timeout_option(*verb, o->measure.timeout_s, "compiling, one run, the verification");

@@ -157,10 +157,10 @@ void add_run_verb(CLI::App& app) {
                  "chunked chain");
   verb->add_option("--iters", o->measure.iters, "Timed iterations")
       ->capture_default_str()
-      ->check(in_range(1));
+      ->check(in_range(1, kMaxIterations));
   verb->add_option("--warmup", o->measure.warmup, "Untimed iterations first")
       ->capture_default_str()
-      ->check(in_range(0));
+      ->check(in_range(0, kMaxIterations));
   verb->add_flag("--verify", o->measure.verify,
                  "Check every destination element against the pattern of its global index");
   add_timeout_option(*verb, o->measure.timeout_s, "compiling, one run, the verification");

@@ -11,6 +11,15 @@
 
 namespace meshcast {
 
+// The most timed runs, and the most warm-up runs, one measurement takes: a billion (a run that
+// must last until it is stopped, as in the fault tests, asks for 100 million), low enough that
+// their sum fits an int.
+inline constexpr int kMaxIterations = 1'000'000'000;
+
+// Throws InvalidArgument naming the count unless 0 <= warmup <= kMaxIterations and
+// 1 <= iters <= kMaxIterations (measure() and the pipeline runtime check theirs with it).
+void check_iteration_counts(int warmup, int iters);
+
 struct MeasureOptions {
   int iters = 5;
   int warmup = 1;
@@ -40,8 +49,8 @@ struct Measurement {
 // of the waits in the barriers between them. Timing each plan alone would leave out what lies
 // between them, and overlapping them would no longer play them one after another. With `verify`,
 // the destinations are poisoned before the last run and checked after it. Collective over the
-// executor's processes. Throws InvalidArgument on no plan, iters < 1, warmup < 0 or a bad
-// timeout; ends the process (kTimeoutExitStatus) when a phase runs past the timeout.
+// executor's processes. Throws InvalidArgument on no plan, counts check_iteration_counts refuses
+// or a bad timeout; ends the process (kTimeoutExitStatus) when a phase runs past the timeout.
 Measurement measure(Executor& executor, std::span<const Plan> plans, const MeasureOptions& options);
 // One plan: a sequence of one.
 Measurement measure(Executor& executor, const Plan& plan, const MeasureOptions& options);

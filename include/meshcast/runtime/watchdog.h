@@ -21,8 +21,9 @@ inline constexpr double kDefaultTimeoutS = 300;
 
 class Watchdog {
  public:
-  // `timeout_s`: seconds one phase may last; 0 turns the watchdog off. Throws InvalidArgument
-  // when it is negative or not a finite number.
+  // `timeout_s`: seconds one phase may last; 0 turns the watchdog off, and one above
+  // kLongestSeconds (meshcast/duration.h, about 31.7 years) waits that long, i.e. forever. Throws
+  // InvalidArgument when it is negative or not a finite number.
   explicit Watchdog(double timeout_s);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
