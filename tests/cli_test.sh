@@ -91,15 +91,15 @@ check pipeline-no-chain 2 "edges lack 0->1" -- "$MESHCAST" pipeline --config "$T
 check pipeline-svg 0 "^<svg" -- head -c 4 "$TMP/u.svg"
 check pipeline-trace 0 '"traceEvents"' -- cat "$TMP/u.json"
 # meshcast pipeline --run: real compute verified against the whole model, with and without overlap
-check pipeline-run-verify 0 '"verified":true' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --format json
-check pipeline-run-verify-no-overlap 0 'eager-1f1b +broadcast +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --scale 0.25 -m 3 --no-overlap
+check pipeline-run-verify 0 '"verified":true' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --size-factor 0.25 -m 3 --format json
+check pipeline-run-verify-no-overlap 0 'eager-1f1b +broadcast +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --verify --size-factor 0.25 -m 3 --no-overlap
 # Interleaved-1F1B: the config's 8 stages are 4 stages x 2 chunks (--chunks 2)
 check pipeline-chunks 0 '^broadcast +interleaved-1f1b +broadcast +yes ' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2
 # The schedule column is as wide as its longest name: "transfer" starts where the rows' do.
 check pipeline-chunks-columns 0 '^method {25}schedule {9}transfer' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2
 check pipeline-chunks-bad 2 "bad --chunks 3: expected a divisor of the config's 8 stages" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 3
-check pipeline-run-interleaved-verify 0 '^broadcast +interleaved-1f1b +broadcast +yes .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --scale 0.25 -m 4
-check pipeline-run-interleaved-verify-no-overlap 0 '^send_recv +interleaved-1f1b +send_recv +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --scale 0.25 -m 4 --no-overlap
+check pipeline-run-interleaved-verify 0 '^broadcast +interleaved-1f1b +broadcast +yes .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --size-factor 0.25 -m 4
+check pipeline-run-interleaved-verify-no-overlap 0 '^send_recv +interleaved-1f1b +send_recv +no .* yes$' -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-interleaved-testbed.json" --chunks 2 --run --compute real --verify --size-factor 0.25 -m 4 --no-overlap
 check pipeline-run-chunks-mesh 2 "model stage 2 is chunk 1 of stage 0, whose chunk 0 \(model stage 0\) is on devices \[0,1\]" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --chunks 2 --run -m 2
 "$MESHCAST" pipeline --config "$CONFIGS/u-transformer-testbed.json" --run -m 2 --method eager-1f1b --svg "$TMP/run.svg" --trace "$TMP/run.json" >/dev/null 2>&1
 check pipeline-run-svg 0 "measured" -- cat "$TMP/run.svg"
@@ -110,7 +110,23 @@ check pipeline-run-deadlock 2 "deadlock: .*stage 1 at step 1 \(B0\) waits for th
 echo '{"hosts": 1, "devices_per_host": 4}' >"$TMP/small-cluster.json"
 check pipeline-run-no-fit 2 "stage 2 does not fit the cluster of" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --cluster "$TMP/small-cluster.json"
 check pipeline-run-verify-timed 2 "needs --compute real" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --verify
-check pipeline-run-real-shapes 2 "one shape and dtype" -- "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" --run --compute real --scale 0.02 -m 2
+check pipeline-run-real-shapes 2 "one shape and dtype" -- "$MESHCAST" pipeline --config "$CONFIGS/u-transformer.json" --run --compute real --size-factor 0.02 -m 2
+# A one-stage pipeline (no edges, so no channel) runs its compute alone; it crashed (exit 139).
+echo '{"cluster": {"hosts": 1, "devices_per_host": 2}, "microbatches": 2, "stages": [{"mesh": "2", "first_host": 0, "forward_s": 0.001}], "edges": []}' >"$TMP/one-stage.json"
+check pipeline-run-one-stage 0 "^eager-1f1b +eager-1f1b +broadcast +yes " -- "$MESHCAST" pipeline --config "$TMP/one-stage.json" --run -m 2
+check pipeline-run-one-stage-real 2 "the model has no edges \(one stage\): expected --compute timed" -- "$MESHCAST" pipeline --config "$TMP/one-stage.json" --run -m 2 --compute real
+# Times beyond what the clock can wait for: a timeout means forever (it ended the run at once,
+# exit 3), a transfer delay is refused (it was accepted and added none).
+check pipeline-run-timeout-huge 0 "^eager-1f1b +eager-1f1b" -- "$MESHCAST" pipeline --config "$TMP/one-stage.json" --run -m 2 --timeout 1e10
+check pipeline-transfer-delay-huge 2 "bad --transfer-delay 1e300: expected a number in 0..1000000000" -- "$MESHCAST" pipeline --config "$TMP/one-stage.json" --run --transfer-delay 1e300
+# An edge tensor too large for this machine: the memory check, before any buffer (it ended in
+# std::bad_alloc, exit 1). 2^40 x 2^20 float32 = 4 EiB.
+echo '{"cluster": {"hosts": 2, "devices_per_host": 1}, "microbatches": 2, "stages": [{"mesh": "1", "first_host": 0, "forward_s": 0.001}, {"mesh": "1", "first_host": 1, "forward_s": 0.001}], "edges": [{"from": 0, "to": 1, "tensors": [{"shape": [1099511627776, 1048576], "src_spec": "RR", "dst_spec": "RR"}]}]}' >"$TMP/huge-edge.json"
+check pipeline-run-huge-edge 2 "the pipeline's buffers of 2 device\(s\) on this machine need .* GiB \(every edge tensor's tiles for 2 microbatches, both directions\), more than the .* GiB this machine has available: expected smaller tensors \(--size-factor F < 1\)" -- "$MESHCAST" pipeline --config "$TMP/huge-edge.json" --run
+# One meaning per option: pipeline's tensor factor is --size-factor; --scale (a paper case's
+# divisor elsewhere) is refused naming it.
+check pipeline-scale-refused 2 "bad --scale 0.25: pipeline has no --scale .*expected --size-factor F" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --run --compute real --scale 0.25 -m 3
+check pipeline-size-factor-range 2 "bad --size-factor 2: expected a number > 0 and <= 1" -- "$MESHCAST" pipeline --config "$CONFIGS/gpt-testbed.json" --size-factor 2
 # meshcast run / bench on the local backend (the mpi backend: runtime_mpi_cli_test.sh)
 RUN=(--shape 8,12 --dtype int64 --src-mesh 2x2 --src-spec S0S1 --dst-mesh 2x2 --dst-spec RS01)
 check run-local-verify 0 "checked, 0 wrong" -- "$MESHCAST" run "${RUN[@]}" --verify --iters 2

@@ -244,6 +244,46 @@ TEST(PipelineRuntime, EagerOneFOneBGrowsByTwoNMinusOneTransferDelays) {
   });
 }
 
+// One stage, no edges: no channel, so the runtime's collectives and the devices it plays come
+// from elsewhere; the stage computes every step in the schedule's order. Real compute, whose
+// blocks are sized by edge tensors, is refused.
+TEST(PipelineRuntime, PlaysAOneStagePipeline) {
+  const PipelineModel model = model_from_json(json::parse(R"({
+    "cluster": {"hosts": 1, "devices_per_host": 2},
+    "microbatches": 3,
+    "stages": [{"mesh": "2", "first_host": 0, "forward_s": 0.001, "backward_s": 0.002}],
+    "edges": []
+  })"));
+  const RuntimeResult r = play(model, ScheduleKind::one_f_one_b, {.warmup_iterations = 0});
+  ASSERT_EQ(r.measured.timeline.size(), 1u);
+  std::vector<std::string> steps;
+  for (const Span& s : r.measured.timeline[0])
+    steps.push_back(fmt::format("{}{}", s.kind == SpanKind::forward ? 'F' : 'B', s.microbatch));
+  EXPECT_EQ(steps, (std::vector<std::string>{"F0", "B0", "F1", "B1", "F2", "B2"}));
+  EXPECT_TRUE(r.measured.transfers.empty());
+  EXPECT_GE(r.measured.stages[0].busy_s, 3 * (0.001 + 0.002));
+  EXPECT_NE(rejection(model, make_schedule(ScheduleKind::one_f_one_b, 1, 3),
+                      {.compute = ComputeMode::real})
+                .find("the model has no edges (one stage): expected --compute timed"),
+            std::string::npos);
+}
+
+// What run_pipeline allocates, counted before it does: the tiles of every message (edge tensor,
+// microbatch, direction) on the devices asked about, and the blocks' weights with real compute.
+TEST(PipelineRuntime, BufferBytesCountEveryMessagesTiles) {
+  const PipelineModel model = model_from_json(test_models::chain_model());
+  // Edge 0->1: S0R on devices 0,1 (24 floats each) -> RR on 2,3 (48 each), and back; edge 1->2:
+  // RR on 2,3 -> S0R on 4,5. Devices 0 and 2 hold per microbatch: device 0 24 + 24 floats of
+  // edge 0->1 (activation source, gradient destination), device 2 48 + 48 of edge 0->1 and
+  // 48 + 48 of edge 1->2.
+  const double per_microbatch = (24 + 24 + 4 * 48) * 4.0;
+  EXPECT_EQ(pipeline_buffer_bytes(model, 4, ComputeMode::timed, {0, 2}), 4 * per_microbatch);
+  // h = 6: two 6x6 float weights per stage (3), and per stage device asked about (2) two 6x6
+  // double gradients, twice.
+  EXPECT_EQ(pipeline_buffer_bytes(model, 4, ComputeMode::real, {0, 2}),
+            4 * per_microbatch + 3 * 2 * 36 * 4 + 2 * 4 * 36 * 8);
+}
+
 TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
   const PipelineModel model = model_from_json(test_models::chain_model());
   // Stage 1 waits for the gradient of microbatch 0 before it forwards microbatch 1, which stage 2
@@ -271,6 +311,15 @@ TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
   EXPECT_NE(rejection(model, make_schedule(ScheduleKind::gpipe, 3, 4), {.transfer_delay_s = -1})
                 .find("bad transfer delay -1"),
             std::string::npos);
+  // A delay the clock cannot wait for is refused, not shortened to nothing.
+  EXPECT_NE(rejection(model, make_schedule(ScheduleKind::gpipe, 3, 4), {.transfer_delay_s = 1e300})
+                .find("bad transfer delay 1e+300 s: expected a time in 0..1e+09 s"),
+            std::string::npos);
+  // Iteration counts whose sum would overflow an int.
+  EXPECT_NE(rejection(model, make_schedule(ScheduleKind::gpipe, 3, 4),
+                      {.warmup_iterations = 1, .iterations = 2147483647})
+                .find("bad iteration count 2147483647: expected 1..1000000000 runs"),
+            std::string::npos);
   // Interleaving: a stage's chunks share its mesh; an edge between two chunks of one stage is
   // not a transfer the runtime plays.
   const Schedule interleaved = make_schedule(ScheduleKind::interleaved_1f1b, 3, 6, 2);
@@ -288,8 +337,8 @@ TEST(PipelineRuntime, RefusesWhatItCannotPlay) {
             std::string::npos);
 
   EXPECT_THROW(parse_compute_mode("fast"), InvalidArgument);
-  EXPECT_THROW(scale_tensors(model, 0), InvalidArgument);
-  EXPECT_EQ(scale_tensors(model, 0.5).edges[0].tensors[0].tensor.shape,
+  EXPECT_THROW(shrink_tensors(model, 0), InvalidArgument);
+  EXPECT_EQ(shrink_tensors(model, 0.5).edges[0].tensors[0].tensor.shape,
             (std::vector<int64_t>{4, 3}));
 }
 

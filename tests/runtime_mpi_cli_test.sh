@@ -86,12 +86,20 @@ check pipeline-mpi-timed 0 "^eager-1f1b +eager-1f1b" 1 -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi
 check pipeline-mpi-wrong-rank-count 2 "has 6 devices \(3 hosts x 2 per host\), but MPI started 4 ranks" 4 -- \
   "${MPIRUN[@]}" -np 4 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi
+# A one-stage pipeline (no edges, no channel): each rank plays its device of the stage; it
+# crashed (exit 139).
+ONE_STAGE=$(mktemp)
+trap 'rm -f "$LINKS" "$CHAIN" "$INTERLEAVED" "$ONE_STAGE"' EXIT
+echo '{"cluster": {"hosts": 1, "devices_per_host": 2}, "microbatches": 2,
+  "stages": [{"mesh": "2", "first_host": 0, "forward_s": 0.001}], "edges": []}' >"$ONE_STAGE"
+check pipeline-mpi-one-stage 0 "^eager-1f1b +eager-1f1b" 1 -- \
+  "${MPIRUN[@]}" -np 2 "$MESHCAST" pipeline --config "$ONE_STAGE" --run --backend mpi
 # A schedule that deadlocks and meshes that do not fit --cluster: one clear error on every rank
 # (mpirun stops the others once one has exited, so some may not print it), exit 2 (mpirun passes
 # on the ranks' status), before anything moves.
 DEADLOCK=$(mktemp)
 SMALL=$(mktemp)
-trap 'rm -f "$LINKS" "$CHAIN" "$DEADLOCK" "$SMALL"' EXIT
+trap 'rm -f "$LINKS" "$CHAIN" "$INTERLEAVED" "$ONE_STAGE" "$DEADLOCK" "$SMALL"' EXIT
 printf 'stage 0: F0 F1 B0 B1\nstage 1: F0 B0 F1 B1\nstage 2: F0 F1 B0 B1\n' >"$DEADLOCK"
 check pipeline-mpi-deadlock 2 "deadlock: .*stage 1 at step 1 \(B0\) waits for the gradient" 1+ -- \
   "${MPIRUN[@]}" -np 6 "$MESHCAST" pipeline --config "$CHAIN" --run --backend mpi -m 2 --schedule "$DEADLOCK"

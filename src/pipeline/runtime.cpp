@@ -14,10 +14,12 @@
 #include <optional>
 #include <thread>
 
+#include "meshcast/duration.h"
 #include "meshcast/error.h"
 #include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/buffers.h"
+#include "meshcast/runtime/measure.h"
 
 namespace meshcast::pipeline {
 namespace {
@@ -250,7 +252,9 @@ class Run {
         watchdog_(options.timeout_s) {
     here_.assign(model.cluster.devices(), false);
     watchdog_.enter("compiling the channels' plans");
+    collective_ = make_executor();
     make_channels(make_executor);
+    find_lone_stages();
     watchdog_.leave();
     check_timed_network();
     for (int d = 0; d < schedule.stages; ++d)
@@ -262,7 +266,7 @@ class Run {
   }
 
   RuntimeResult play() {
-    Executor& collective = *channels_.front().executor;
+    Executor& collective = *collective_;
     const int total = options_.warmup_iterations + options_.iterations;
     for (int i = 0; i < options_.warmup_iterations; ++i) {
       watchdog_.enter(fmt::format("pipeline iteration {} of {}", i + 1, total));
@@ -367,19 +371,15 @@ class Run {
             fmt::format("edge {}->{} gives a fixed time and no tensors: running needs the "
                         "tensors it carries",
                         e.edge.from, e.edge.to));
-    if (!(options_.transfer_delay_s >= 0) || !std::isfinite(options_.transfer_delay_s))
-      throw InvalidArgument(fmt::format("bad transfer delay {} s: expected a finite time >= 0",
-                                        options_.transfer_delay_s));
+    // A delay really elapses: one longer than the clock can wait is refused, not shortened.
+    if (!(options_.transfer_delay_s >= 0 && options_.transfer_delay_s <= kLongestSeconds))
+      throw InvalidArgument(fmt::format("bad transfer delay {} s: expected a time in 0..{:g} s",
+                                        options_.transfer_delay_s, kLongestSeconds));
     if (options_.emulated_network && options_.emulated_network->edges.size() != model_.edges.size())
       throw InvalidArgument(
           fmt::format("the emulated network gives {} edges, the model has {}: expected equal",
                       options_.emulated_network->edges.size(), model_.edges.size()));
-    if (options_.warmup_iterations < 0)
-      throw InvalidArgument(
-          fmt::format("bad warm-up iteration count {}: expected >= 0", options_.warmup_iterations));
-    if (options_.iterations < 1)
-      throw InvalidArgument(
-          fmt::format("bad measured iteration count {}: expected >= 1", options_.iterations));
+    check_iteration_counts(options_.warmup_iterations, options_.iterations);
     return lower(schedule_, model_edges());
   }
 
@@ -449,6 +449,20 @@ class Run {
     }
   }
 
+  // A stage no channel touches (the stage of a one-stage pipeline) has no plan that tells which of
+  // its devices this process plays: a plan over its own mesh, compiled and never run, does. Every
+  // process decides alike which stages need one.
+  void find_lone_stages() {
+    for (int d = 0; d < schedule_.stages; ++d) {
+      if (std::any_of(channels_.begin(), channels_.end(),
+                      [&](const Channel& c) { return c.from_stage == d || c.to_stage == d; }))
+        continue;
+      const auto plan = collective_->compile(make_plan(
+          acknowledgment_problem(model_, d, d), PlanOptions{.strategy = Strategy::send_recv}));
+      for (DeviceId device : plan->devices_here()) here_[device] = true;
+    }
+  }
+
   // An injected delay and the emulated network time each transfer from its start on the sender
   // and share ports between the transfers they see: they need every stage in this process (a
   // receiving MPI rank cannot tell when its sender started). Every process decides alike.
@@ -470,6 +484,10 @@ class Run {
   // ---- real compute: one tile per device and stage, checked once ----
 
   void prepare_real() {
+    if (model_.edges.empty())
+      throw InvalidArgument(
+          "--compute real sizes each stage's block by the tensors its edges carry, and the model "
+          "has no edges (one stage): expected --compute timed");
     const TensorSpec& first = model_.edges.front().tensors.front().tensor;
     h_ = first.shape.back();
     const int stages = static_cast<int>(model_.stages.size());
@@ -544,7 +562,7 @@ class Run {
     failure_ = nullptr;
     aborted_ = false;
     flows_.clear();
-    channels_.front().executor->barrier();
+    collective_->barrier();
     start_ = Clock::now();
     flows_at_ = start_;
     {
@@ -598,7 +616,7 @@ class Run {
         c.acknowledgment->plan->start(c.acknowledgment->views);
         c.acknowledgment->plan->wait();
       }
-      std::this_thread::sleep_until(began + as_duration(options_.transfer_delay_s));
+      std::this_thread::sleep_until(began + seconds_to_duration(options_.transfer_delay_s));
       std::unique_lock lock(mutex_);
       if (options_.emulated_network) finish_flow(id, lock);
       free_at = Clock::now();
@@ -608,10 +626,6 @@ class Run {
                             seconds_between(start_, began), seconds_between(start_, free_at)});
       changed_.notify_all();
     }
-  }
-
-  static Clock::duration as_duration(double seconds) {
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   }
 
   // ---- The emulated network: the simulator's ports on in-process copies ----
@@ -658,7 +672,7 @@ class Run {
       advance_flows(Clock::now());
       const EmulatedFlow& f = flows_.at(id);
       if (f.remaining_s <= kFlowDoneS) break;
-      changed_.wait_until(lock, Clock::now() + as_duration(f.remaining_s / flow_rate(f)));
+      changed_.wait_until(lock, Clock::now() + seconds_to_duration(f.remaining_s / flow_rate(f)));
     }
     advance_flows(Clock::now());
     flows_.erase(id);
@@ -721,8 +735,8 @@ class Run {
     const double from = now();
     if (options_.compute == ComputeMode::timed) {
       const auto& st = model_.stages[vs];
-      std::this_thread::sleep_until(start_ +
-                                    as_duration(from + (forward ? st.forward_s : st.backward_s)));
+      std::this_thread::sleep_until(
+          start_ + seconds_to_duration(from + (forward ? st.forward_s : st.backward_s)));
       // The stash holds no data, but is kept and freed as real compute does.
       if (forward)
         stash_[vs][step.microbatch];
@@ -866,6 +880,8 @@ class Run {
   RuntimeOptions options_;
   LoweredSchedule lowered_;
   Watchdog watchdog_;  // before the channels: bounds their (collective) compilation
+  // Barriers and combined figures; a one-stage pipeline has no channel to ask.
+  std::unique_ptr<Executor> collective_;
   std::vector<Channel> channels_;
   std::vector<char> here_;  // per device of the cluster: its buffers are in this process
   std::vector<int> stage_here_;
@@ -907,9 +923,41 @@ RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule,
   return Run(model, schedule, make_executor, options).play();
 }
 
-PipelineModel scale_tensors(PipelineModel model, double factor) {
+double pipeline_buffer_bytes(const PipelineModel& model, int microbatches, ComputeMode compute,
+                             const std::vector<DeviceId>& devices) {
+  // Doubles: the sums of a huge model may pass int64, and they are only compared with memory.
+  double per_microbatch = 0;
+  for (const auto& e : model.edges)
+    for (const auto& t : e.tensors)
+      for (bool gradient : {false, true}) {
+        const Batch batch = Batch::of_one(edge_resharding(model, e, t, gradient));
+        const double element = static_cast<double>(dtype_size(t.tensor.dtype));
+        for (DeviceId d : devices) {
+          const DeviceTiles tiles = tiles_of(batch, 0, d);
+          per_microbatch +=
+              (static_cast<double>(tiles.src.volume()) + static_cast<double>(tiles.dst.volume())) *
+              element;
+        }
+      }
+  double bytes = per_microbatch * microbatches;
+  const auto first = std::find_if(model.edges.begin(), model.edges.end(),
+                                  [](const ModelEdge& e) { return !e.tensors.empty(); });
+  if (compute == ComputeMode::real && first != model.edges.end()) {
+    // Two h x h float32 weights per virtual stage, and per device of a stage here two h x h
+    // double gradients, twice (the pipeline's and the whole model's for the check).
+    const double h = static_cast<double>(first->tensors.front().tensor.shape.back());
+    bytes += static_cast<double>(model.stages.size()) * 2 * h * h * sizeof(float);
+    for (const auto& st : model.stages)
+      for (DeviceId d : st.mesh.devices())
+        if (std::find(devices.begin(), devices.end(), d) != devices.end())
+          bytes += 2 * 2 * h * h * sizeof(double);
+  }
+  return bytes;
+}
+
+PipelineModel shrink_tensors(PipelineModel model, double factor) {
   if (!(factor > 0 && factor <= 1))
-    throw InvalidArgument(fmt::format("bad scale {}: expected 0 < scale <= 1", factor));
+    throw InvalidArgument(fmt::format("bad size factor {}: expected 0 < factor <= 1", factor));
   for (auto& e : model.edges)
     for (auto& t : e.tensors)
       for (auto& dim : t.tensor.shape)

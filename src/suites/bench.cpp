@@ -342,35 +342,46 @@ std::pair<int, int> local_ranks() {
   return {size, first};
 }
 
-std::string gib(int64_t bytes) {
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30));
+std::string gib(double bytes) {
+  return fmt::format("{:.2f} GiB", bytes / (1 << 30));
 }
 
 }  // namespace
 
-void check_tile_memory(const Batch& batch, std::string_view backend, int64_t max_memory,
-                       std::string_view shrink) {
+std::vector<DeviceId> devices_on_this_machine(const Cluster& cluster, std::string_view backend) {
   std::vector<DeviceId> here;
   if (backend == "mpi") {
     const auto [size, first] = local_ranks();
-    for (int d = first; d < first + size && d < batch.cluster.devices(); ++d) here.push_back(d);
+    for (int d = first; d < first + size && d < cluster.devices(); ++d) here.push_back(d);
   } else {
-    for (DeviceId d = 0; d < batch.cluster.devices(); ++d) here.push_back(d);
+    for (DeviceId d = 0; d < cluster.devices(); ++d) here.push_back(d);
   }
-  const int64_t needed = tile_bytes(batch, here);
+  return here;
+}
+
+void check_memory(double needed, std::string_view holder, std::string_view detail,
+                  int64_t max_memory, std::string_view expected) {
   const int64_t available = max_memory > 0 ? max_memory : available_memory();
-  if (needed <= available) return;
+  if (needed <= static_cast<double>(available)) return;
+  throw InvalidArgument(
+      fmt::format("{} need {} ({}), more than the {} {}: expected {}", holder, gib(needed), detail,
+                  gib(static_cast<double>(available)),
+                  max_memory > 0 ? "of --max-memory" : "this machine has available", expected));
+}
+
+void check_tile_memory(const Batch& batch, std::string_view backend, int64_t max_memory,
+                       std::string_view shrink) {
+  const std::vector<DeviceId> here = devices_on_this_machine(batch.cluster, backend);
   int64_t total = 0;
   for (const auto& t : batch.tensors) total += t.tensor.bytes();
   const std::string what =
       batch.tensors.size() == 1
           ? fmt::format("{} tensor", shape_to_string(batch.tensors[0].tensor.shape, 'x'))
           : fmt::format("{} tensors", batch.tensors.size());
-  throw InvalidArgument(
-      fmt::format("the tiles of {} device(s) on this machine need {} ({} of {}), more than the {} "
-                  "{}: expected a smaller tensor ({})",
-                  here.size(), gib(needed), what, gib(total), gib(available),
-                  max_memory > 0 ? "of --max-memory" : "this machine has available", shrink));
+  check_memory(static_cast<double>(tile_bytes(batch, here)),
+               fmt::format("the tiles of {} device(s) on this machine", here.size()),
+               fmt::format("{} of {}", what, gib(static_cast<double>(total))), max_memory,
+               fmt::format("a smaller tensor ({})", shrink));
 }
 
 BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,

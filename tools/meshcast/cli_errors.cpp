@@ -62,7 +62,8 @@ std::string describe_extras(CLI::App& app) {
 
 // Values in [min, max], or in (min, max] when `above_min`.
 CLI::Validator range_check(double min, double max, bool above_min) {
-  const std::string expected = above_min      ? fmt::format("> {}", min)
+  const std::string bounded = max >= 1e300 ? "" : fmt::format(" and <= {}", max);
+  const std::string expected = above_min      ? fmt::format("> {}{}", min, bounded)
                                : max >= 1e300 ? fmt::format(">= {}", min)
                                               : fmt::format("in {}..{}", min, max);
   return CLI::Validator(
@@ -115,8 +116,8 @@ CLI::Validator in_range(double min, double max) {
   return range_check(min, max, false);
 }
 
-CLI::Validator positive() {
-  return range_check(0, 1e300, true);
+CLI::Validator positive(double max) {
+  return range_check(0, max, true);
 }
 
 }  // namespace meshcast::cli

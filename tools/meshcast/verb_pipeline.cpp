@@ -8,16 +8,19 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "cli_common.h"
 #include "cli_errors.h"
+#include "meshcast/duration.h"
 #include "meshcast/error.h"
 #include "meshcast/pipeline/model.h"
 #include "meshcast/pipeline/render.h"
 #include "meshcast/pipeline/runtime.h"
 #include "meshcast/plan/json_input.h"
 #include "meshcast/runtime/executors.h"
+#include "meshcast/suites/bench.h"
 #include "meshcast/version.h"
 #include "verbs.h"
 
@@ -38,7 +41,8 @@ struct PipelineVerbOptions {
   bool run = false;
   std::string backend = "local";
   std::string compute = "timed";
-  double scale = 1;
+  double size_factor = 1;
+  std::optional<std::string> scale;  // refused: --scale means another thing in the other verbs
   bool verify = false;
   bool no_overlap = false;
   std::string cluster;
@@ -214,7 +218,7 @@ PipelineModel load_model(const PipelineVerbOptions& o) {
       }
     }
   }
-  if (o.scale != 1) m = scale_tensors(std::move(m), o.scale);
+  if (o.size_factor != 1) m = shrink_tensors(std::move(m), o.size_factor);
   return m;
 }
 
@@ -309,6 +313,29 @@ std::string simulated_path(const std::string& path) {
   return path.substr(0, dot) + "-simulated" + path.substr(dot);
 }
 
+// Refuses, before any buffer is allocated, a run whose buffers on this machine need more memory
+// than it has. The leader's machine decides, and every process throws its message alike.
+void check_buffer_memory(Executor& reporter, const PipelineVerbOptions& o,
+                         const PipelineModel& model, ComputeMode compute, int microbatches) {
+  std::string refusal;
+  if (reporter.is_leader()) {
+    try {
+      const std::vector<DeviceId> here = devices_on_this_machine(model.cluster, o.backend);
+      check_memory(
+          pipeline_buffer_bytes(model, microbatches, compute, here),
+          fmt::format("the pipeline's buffers of {} device(s) on this machine", here.size()),
+          fmt::format("every edge tensor's tiles for {} microbatches, both directions{}",
+                      microbatches,
+                      compute == ComputeMode::real ? ", and the blocks' weights" : ""),
+          0, "smaller tensors (--size-factor F < 1) or fewer microbatches (-m)");
+    } catch (const InvalidArgument& e) {
+      refusal = e.what();
+    }
+  }
+  refusal = reporter.share_from_leader(refusal);
+  if (!refusal.empty()) throw InvalidArgument(refusal);
+}
+
 void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
   if (o.backend != "local" && (!o.svg.empty() || !o.trace.empty()))
     throw InvalidArgument(
@@ -345,6 +372,8 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
   }
   const ExecutorFactory make = [&o] { return make_executor(o.backend, {.threads = 2}); };
   std::unique_ptr<Executor> reporter = make();  // is_leader()
+  check_buffer_memory(*reporter, o, model, compute,
+                      custom ? custom->microbatches : model.microbatches);
   std::map<std::string, PipelineCosts> costs;
   std::vector<Played> rows;
   for (size_t i = 0; i < variants.size(); ++i) {
@@ -413,6 +442,12 @@ void play_verb(const PipelineVerbOptions& o, const PipelineModel& model) {
 }
 
 void run_verb(const PipelineVerbOptions& o) {
+  if (o.scale)
+    throw InvalidArgument(fmt::format(
+        "bad --scale {}: pipeline has no --scale (in tasks, plan, simulate and run it divides a "
+        "paper case's first dimension): expected --size-factor F, which multiplies every tensor "
+        "dimension by 0 < F <= 1",
+        *o.scale));
   const PipelineModel model = load_model(o);
   if (o.run) return play_verb(o, model);
   std::map<std::string, PipelineCosts> costs;
@@ -509,8 +544,13 @@ void add_pipeline_verb(CLI::App& app) {
                    "--run: timed (each step sleeps its configured time) or real (fp32 blocks)")
       ->capture_default_str()
       ->check(CLI::IsMember({"timed", "real"}));
-  verb->add_option("--scale", o->scale, "Multiply every tensor dimension by this (0 < s <= 1)")
-      ->capture_default_str();
+  verb->add_option("--size-factor", o->size_factor,
+                   "Multiply every tensor dimension by this (0 < F <= 1), e.g. to run --compute "
+                   "real at test sizes")
+      ->capture_default_str()
+      ->check(positive(1));
+  // Not in --help: named only so that the error can point to --size-factor.
+  verb->add_option("--scale", o->scale)->group("");
   verb->add_flag("--verify", o->verify,
                  "--run --compute real: check every weight gradient against the whole model's");
   verb->add_flag("--no-overlap", o->no_overlap,
@@ -521,7 +561,8 @@ void add_pipeline_verb(CLI::App& app) {
                    "--run: play this schedule file (text or JSON) with broadcast transfers");
   verb->add_option("--transfer-delay", o->transfer_delay_s,
                    "--run: every transfer takes at least this many seconds")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, kLongestSeconds));
   verb->add_option("--repeats", o->repeats,
                    "--run: measured iterations per method; the one of median makespan is reported")
       ->capture_default_str()

@@ -38,7 +38,7 @@ struct RuntimeOptions {
   bool overlap = true;
   // Every transfer takes at least this long from its start (an injected network delay). A
   // transfer starts, as in the simulator, once posted and once its channel's previous message
-  // has arrived.
+  // has arrived. At most kLongestSeconds (meshcast/duration.h).
   double transfer_delay_s = 0;
   // When given, every transfer also takes its edge's time here (e.g. model_costs(): the
   // simulator's network emulated on in-process copies, which take next to no time themselves),
@@ -46,14 +46,15 @@ struct RuntimeOptions {
   // stage each move at 1 / max(transfers on the sender's out-port, on the receiver's in-port) of
   // the full rate. The ports are those of this process's transfers (under MPI, its own).
   std::optional<PipelineCosts> emulated_network = {};
-  // Iterations played before the measured ones.
+  // Iterations played before the measured ones (0..kMaxIterations, meshcast/runtime/measure.h).
   int warmup_iterations = 1;
-  // Measured iterations: the result is the one whose makespan is the median.
+  // Measured iterations (1..kMaxIterations): the result is the one whose makespan is the median.
   int iterations = 1;
   // Seconds a process may wait in one phase (compiling the channels' plans, one iteration with
   // its combined figures, the gradient check) before its watchdog names the phase and ends the
   // process with kTimeoutExitStatus, so that mpirun stops every rank when a peer died or hangs
-  // (meshcast/runtime/watchdog.h); 0: forever. An iteration longer than this needs a larger one.
+  // (meshcast/runtime/watchdog.h); 0, or above kLongestSeconds: forever. An iteration longer than
+  // this needs a larger one.
   double timeout_s = kDefaultTimeoutS;
 };
 
@@ -82,16 +83,26 @@ using ExecutorFactory = std::function<std::unique_ptr<Executor>()>;
 // schedule does not fit the model (stage count, chunks of one stage on different meshes, an edge
 // between two chunks of one stage, edges), deadlocks (validate()), an edge has no
 // tensors (a fixed time moves no bytes), the executor does not fit the cluster (an MPI rank count
-// that differs from its devices), a transfer delay or emulated network is asked of a process that
-// does not hold every stage, or (real compute) the tensors of a stage do not share one shape and
-// one tile per device with an unsharded last dimension.
+// that differs from its devices), a transfer delay outside 0..kLongestSeconds
+// (meshcast/duration.h), iteration counts check_iteration_counts refuses, a transfer delay or
+// emulated network is asked of a process that does not hold every stage, or (real compute) the
+// model has no edges, or the tensors of a stage do not share one shape and one tile per device
+// with an unsharded last dimension. A model of one stage (no edges) plays its compute alone.
 RuntimeResult run_pipeline(const PipelineModel& model, const Schedule& schedule,
                            const ExecutorFactory& make_executor,
                            const RuntimeOptions& options = {});
 
+// Bytes run_pipeline allocates for `devices` (the devices one process, or the processes of one
+// machine, play) with a schedule of `microbatches`: every edge tensor's source and destination
+// tiles per microbatch and direction, and with real compute the blocks' weights and weight
+// gradients. A double, so that no sum over a huge model overflows; the caller compares it with
+// the memory there is before running.
+double pipeline_buffer_bytes(const PipelineModel& model, int microbatches, ComputeMode compute,
+                             const std::vector<DeviceId>& devices);
+
 // The model with every tensor dimension multiplied by `factor` (rounded, at least 1), so that a
 // full-size configuration runs real compute at test sizes. Throws InvalidArgument unless
 // 0 < factor <= 1.
-PipelineModel scale_tensors(PipelineModel model, double factor);
+PipelineModel shrink_tensors(PipelineModel model, double factor);
 
 }  // namespace meshcast::pipeline

@@ -123,6 +123,14 @@ Plan plan_on_leader(Executor& executor, const std::function<Plan()>& make);
 // plan_on_leader's `make`, so that every rank stops before a byte is allocated.
 void check_tile_memory(const Batch& batch, std::string_view backend, int64_t max_memory,
                        std::string_view shrink);
+// The devices whose buffers the processes on this machine hold: every device of `cluster` on the
+// local backend; under mpi one per rank Open MPI started here (its local size).
+std::vector<DeviceId> devices_on_this_machine(const Cluster& cluster, std::string_view backend);
+// The check check_tile_memory makes, for any buffers: throws InvalidArgument "<holder> need
+// <needed> (<detail>), more than the <available>: expected <expected>" when `needed` bytes are more
+// than `max_memory` (0: the memory this machine has available).
+void check_memory(double needed, std::string_view holder, std::string_view detail,
+                  int64_t max_memory, std::string_view expected);
 
 // Grows `problem`'s cluster with idle hosts to exactly `devices` devices. Returns why it cannot
 // (more devices than that, or a count that is not a multiple of the devices per host).
