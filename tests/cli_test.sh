@@ -70,6 +70,8 @@ check schedule-bad-chunks 2 "needs the microbatches \(6\) to be a multiple of th
 check schedule-negative-time 2 "bad --forward-s -1: expected a number >= 0" -- "$MESHCAST" "${SCHED[@]}" --kind 1f1b --forward-s -1
 check schedule-missing-kind 2 "missing --kind" -- "$MESHCAST" schedule -n 2 -m 2
 check schedule-too-large 2 "schedule too large: 100000 stages x 100000 microbatches" -- "$MESHCAST" schedule --kind 1f1b -n 100000 -m 100000
+# 9 million microbatch-chunks ran for minutes and gigabytes (and would print 110 MB): refused.
+check schedule-too-large-to-simulate 2 "schedule too large: 3000 stages x 3000 microbatches x 1 chunks = 9000000 microbatch-chunks, expected at most 1000000" -- "$MESHCAST" schedule --kind 1f1b -n 3000 -m 3000
 TMP=$(mktemp -d)
 printf 'F0 B0 F1 B1\nF1 B1 F0 B0\n' >"$TMP/deadlock.txt"
 check schedule-check-deadlock 2 "deadlock: stage 0 at step 1 \(B0\) waits for the gradient of microbatch 0 from stage 1" -- "$MESHCAST" schedule --check "$TMP/deadlock.txt"

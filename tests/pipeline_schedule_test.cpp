@@ -90,7 +90,7 @@ TEST(PipelineScheduleTest, RejectsBadSizes) {
   } catch (const InvalidArgument& e) {
     EXPECT_STREQ(e.what(),
                  "schedule too large: 100000 stages x 100000 microbatches x 1 chunks = "
-                 "10000000000 microbatch-chunks, expected at most 10000000");
+                 "10000000000 microbatch-chunks, expected at most 1000000");
   }
   try {
     make_schedule(ScheduleKind::interleaved_1f1b, 4, 6, 2);

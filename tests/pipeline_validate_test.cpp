@@ -55,7 +55,7 @@ TEST(PipelineValidateTest, NamesMissingAndRepeatedSteps) {
   s.microbatches = 20'000'000;  // as a document may declare
   EXPECT_EQ(rejection(s),
             "schedule too large: 2 stages x 20000000 microbatches x 1 chunks = 40000000 "
-            "microbatch-chunks, expected at most 10000000");
+            "microbatch-chunks, expected at most 1000000");
   s.microbatches = 2;
   s.order.pop_back();
   EXPECT_EQ(rejection(s), "schedule has 1 rows for 2 stages: expected one per stage");
