@@ -96,6 +96,36 @@ TEST(SpecVocabularyTest, BadFormsNameTheEntryAndWhatWasExpected) {
       std::string::npos);
 }
 
+// A spec read without the tensor's rank (SpecContext::tensor_rank) that then does not fit the
+// tensor: the error quotes what the user wrote, with its converted form beside it.
+TEST(SpecVocabularyTest, ErrorsQuoteTheSpecAsWritten) {
+  const TensorSpec tensor{{8, 8}, DType::float32};
+  const auto validation_error = [&](const ShardingSpec& spec) -> std::string {
+    try {
+      Layout{Mesh::placed({2, 4}, 0, 4), spec}.validate(tensor);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_NE(validation_error(parse_sharding_spec("Shard(0), Replicate()"))
+                .find("sharding spec 'Shard(0), Replicate()' (read as S0) has 1 entries, but the "
+                      "tensor has 2 dimensions (DTensor placements and PartitionSpecs do not say "
+                      "the tensor's rank: parse them with SpecContext::tensor_rank)"),
+            std::string::npos);
+  EXPECT_NE(validation_error(parse_sharding_spec("P(None, None, 1)"))
+                .find("sharding spec 'P(None, None, 1)' (read as RRS1) has 3 entries"),
+            std::string::npos);
+  // An Alpa string is what the user wrote: quoted once.
+  EXPECT_NE(validation_error(parse_sharding_spec("S0RR"))
+                .find("sharding spec 'S0RR' has 3 entries, but the tensor has 2 dimensions"),
+            std::string::npos);
+  // The text read is no part of the value.
+  const SpecContext rank2{.tensor_rank = 2, .mesh_rank = 2, .axis_names = {}};
+  EXPECT_EQ(parse_sharding_spec("Shard(0),Replicate()", rank2), ShardingSpec::parse("S0R"));
+  EXPECT_EQ(validation_error(parse_sharding_spec("Shard(0),Replicate()", rank2)), "accepted");
+}
+
 TEST(NestedSplitTest, DiffersFromFlatWhenSizesDoNotDivide) {
   const TensorSpec tensor{{5}, DType::float32};
   const Mesh mesh({2, 2}, {0, 1, 2, 3});

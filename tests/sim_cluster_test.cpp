@@ -45,6 +45,24 @@ TEST(ClusterNicsTest, DefaultIsOneNicPerHost) {
   EXPECT_EQ(c.nic_bandwidth_of(1), c.nic_bandwidth);
 }
 
+// Gbps in, as the CLI, the cluster files and Python take bandwidths; bytes/s in the fields.
+TEST(ClusterGbpsTest, FromGbpsConvertsToBytesPerSecond) {
+  const Cluster c = Cluster::from_gbps({.hosts = 4,
+                                        .devices_per_host = 8,
+                                        .nic_gbps = 100,
+                                        .dev_gbps = 900,
+                                        .latency_s = 2e-6,
+                                        .nics_per_host = 2});
+  EXPECT_EQ(c.hosts, 4);
+  EXPECT_EQ(c.devices_per_host, 8);
+  EXPECT_EQ(c.nic_bandwidth, 12.5e9);
+  EXPECT_EQ(c.device_bandwidth, 112.5e9);
+  EXPECT_EQ(c.latency, 2e-6);
+  EXPECT_EQ(c.nics_per_host, 2);
+  // Its defaults are a Cluster's defaults.
+  EXPECT_EQ(Cluster::from_gbps({}), Cluster{});
+}
+
 TEST(ClusterNicsTest, ValidateNamesTheBadCount) {
   Cluster c = eight_gpus_four_nics();
   c.nics_per_host = 0;

@@ -6,6 +6,15 @@
 
 namespace meshcast {
 
+Cluster Cluster::from_gbps(const ClusterGbps& figures) {
+  return {.hosts = figures.hosts,
+          .devices_per_host = figures.devices_per_host,
+          .nic_bandwidth = gbps_to_bytes(figures.nic_gbps),
+          .device_bandwidth = gbps_to_bytes(figures.dev_gbps),
+          .latency = figures.latency_s,
+          .nics_per_host = figures.nics_per_host};
+}
+
 double Cluster::nic_bandwidth_of(int host) const {
   return nics_of(host) * single_nic_bandwidth_of(host);
 }

@@ -260,17 +260,25 @@ std::string ShardingSpec::to_string() const {
   return s;
 }
 
+std::string ShardingSpec::quoted() const {
+  if (source_.empty()) return fmt::format("'{}'", to_string());
+  return fmt::format("'{}' (read as {})", source_, to_string());
+}
+
 void ShardingSpec::validate(int tensor_rank, int mesh_rank) const {
   if (rank() != tensor_rank)
-    throw InvalidArgument(
-        fmt::format("sharding spec '{}' has {} entries, but the tensor has {} dimensions",
-                    to_string(), rank(), tensor_rank));
+    throw InvalidArgument(fmt::format(
+        "sharding spec {} has {} entries, but the tensor has {} dimensions{}", quoted(), rank(),
+        tensor_rank,
+        source_.empty() ? ""
+                        : " (DTensor placements and PartitionSpecs do not say the tensor's rank: "
+                          "parse them with SpecContext::tensor_rank)"));
   for (const auto& axes : dims_)
     for (int a : axes)
       if (a >= mesh_rank)
         throw InvalidArgument(
-            fmt::format("sharding spec '{}' uses mesh axis {}, but the mesh has {} axes (0..{})",
-                        to_string(), a, mesh_rank, mesh_rank - 1));
+            fmt::format("sharding spec {} uses mesh axis {}, but the mesh has {} axes (0..{})",
+                        quoted(), a, mesh_rank, mesh_rank - 1));
 }
 
 ShardingSpec parse_sharding_spec(std::string_view text, const SpecContext& context) {
@@ -286,10 +294,15 @@ ShardingSpec parse_sharding_spec(std::string_view text, const SpecContext& conte
           "bad mesh axis names '{}': expected distinct non-empty names, one per mesh axis",
           fmt::join(names, ",")));
   std::string_view body = trim(text);
+  ShardingSpec spec;
   if (strip_call(body, {"P", "PartitionSpec", ""}))
-    return parse_partition_spec(text, body, context);
-  if (body.find('(') != std::string_view::npos) return parse_placements(text, context);
-  return ShardingSpec::parse(body);
+    spec = parse_partition_spec(text, body, context);
+  else if (body.find('(') != std::string_view::npos)
+    spec = parse_placements(text, context);
+  else
+    return ShardingSpec::parse(body);
+  spec.source_ = std::string(trim(text));
+  return spec;
 }
 
 }  // namespace meshcast

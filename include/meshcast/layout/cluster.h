@@ -15,7 +15,20 @@ using DeviceId = int;
 inline constexpr int64_t kMaxDevices = int64_t{1} << 22;
 inline constexpr int kMaxNicsPerHost = 1024;
 
-// The uniform cluster of docs/concepts.md. Bandwidths are bytes per second in each direction.
+// A uniform cluster's figures as they are quoted (and as the CLI's --nic-gbps and --dev-gbps, the
+// cluster files and Python's mc.Cluster take them): bandwidths in Gbps (1e9 bits/s) each way,
+// latency in seconds. Cluster::from_gbps turns them into a Cluster.
+struct ClusterGbps {
+  int hosts = 1;
+  int devices_per_host = 1;
+  double nic_gbps = 10;   // one NIC's bandwidth
+  double dev_gbps = 100;  // each device's intra-host link
+  double latency_s = 5e-6;
+  int nics_per_host = 1;
+};
+
+// The uniform cluster of docs/concepts.md. Bandwidths are bytes per second in each direction
+// (Cluster::from_gbps takes Gbps, as every other interface does).
 // A host may have several NICs (e.g. 8 GPUs with 4 NICs): `nic_bandwidth` is one NIC's, and each
 // device sends and receives through one NIC of its host (nic_of). Optional per-host overrides
 // make a cluster heterogeneous: when `host_nic_bandwidth` (or `host_nics`) is non-empty it has one
@@ -23,12 +36,17 @@ inline constexpr int kMaxNicsPerHost = 1024;
 struct Cluster {
   int hosts = 1;
   int devices_per_host = 1;
-  double nic_bandwidth = 10e9 / 8;      // 10 Gbps per NIC
-  double device_bandwidth = 100e9 / 8;  // 100 Gbps, NVLink/PCIe class
+  double nic_bandwidth = 10e9 / 8;      // bytes/s: 10 Gbps per NIC
+  double device_bandwidth = 100e9 / 8;  // bytes/s: 100 Gbps, NVLink/PCIe class
   double latency = 5e-6;                // seconds per message
   std::vector<double> host_nic_bandwidth = {};
   int nics_per_host = 1;
   std::vector<int> host_nics = {};
+
+  // Cluster::from_gbps({.hosts = 4, .devices_per_host = 8, .nic_gbps = 100, .dev_gbps = 900}):
+  // the figures in Gbps converted to the fields' bytes/s (gbps_to_bytes). Not validated (see
+  // validate()), as a Cluster filled field by field is not.
+  static Cluster from_gbps(const ClusterGbps& figures);
 
   int devices() const { return hosts * devices_per_host; }
   int host_of(DeviceId device) const { return device / devices_per_host; }

@@ -8,6 +8,8 @@
 
 namespace meshcast {
 
+struct SpecContext;
+
 class ShardingSpec {
  public:
   // Mesh axes a dimension is split over, major first; empty means replicated (R).
@@ -31,14 +33,26 @@ class ShardingSpec {
   bool nested(int dim) const { return nested_[dim]; }
   // Canonical concatenated form, e.g. "S01RR" or "S0/1R"; parse(to_string()) == *this.
   std::string to_string() const;
-  // Throws InvalidArgument when the rank differs from the tensor's or an axis is >= mesh_rank.
+  // What the user wrote when the spec was read from DTensor placements or a PartitionSpec
+  // (parse_sharding_spec), so that errors quote it rather than the converted form; empty
+  // otherwise. Not part of the value: operator== compares dims and nesting only.
+  const std::string& source() const { return source_; }
+  // Throws InvalidArgument when the rank differs from the tensor's or an axis is >= mesh_rank; the
+  // message quotes source() when there is one.
   void validate(int tensor_rank, int mesh_rank) const;
 
-  bool operator==(const ShardingSpec&) const = default;
+  bool operator==(const ShardingSpec& other) const {
+    return dims_ == other.dims_ && nested_ == other.nested_;
+  }
 
  private:
+  friend ShardingSpec parse_sharding_spec(std::string_view text, const SpecContext& context);
+  // "'S0R'", or "'Shard(0),Replicate()' (read as S0R)" when read from another vocabulary.
+  std::string quoted() const;
+
   std::vector<DimAxes> dims_;
   std::vector<bool> nested_;
+  std::string source_;
 };
 
 // What reading a spec may need besides its text: DTensor placements do not say the tensor's rank,
