@@ -52,7 +52,7 @@ struct Schedule {
 // The most microbatch-chunks (stages x microbatches x chunks) a schedule may have: one million,
 // above real pipelines (64 x 1024 x 4 is 262,144). Checking and simulating a schedule take time
 // and memory in proportion to it (its steps, and a message per step and edge), and its text form
-// is as long: 1000 x 1000 takes seconds and prints 12 MB; ten million (the bound before) took
+// is as long: 1000 x 1000 takes 4 s of CPU and prints 10 MB; ten million (the bound before) took
 // minutes and gigabytes.
 inline constexpr int64_t kMaxScheduleCells = 1'000'000;
 // Throws InvalidArgument naming the sizes unless each is >= 1 and their product is at most
