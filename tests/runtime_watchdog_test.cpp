@@ -12,6 +12,7 @@
 
 #include "meshcast/duration.h"
 #include "meshcast/error.h"
+#include "meshcast/runtime/transport.h"
 
 namespace meshcast {
 namespace {
@@ -69,6 +70,15 @@ TEST(DurationTest, SecondsAreClampedToWhatTheClockCanWaitFor) {
   const auto now = std::chrono::steady_clock::now();
   EXPECT_GT(now + seconds_to_duration(1e300), now);
   EXPECT_EQ(seconds_to_duration(-1), std::chrono::steady_clock::duration::zero());
+}
+
+// A transport's deadline converts its timeout the same way: 1e10 s had passed at once.
+TEST(DurationTest, ATransportDeadlineOfAHugeTimeoutNeverPasses) {
+  for (double huge : {1e10, 1e300}) {
+    const Deadline deadline("run", 1, huge);
+    EXPECT_FALSE(deadline.passed()) << huge;
+    EXPECT_NO_THROW(deadline.check(0, "device 1")) << huge;
+  }
 }
 
 TEST(WatchdogTest, ANegativeOrNonFiniteTimeoutIsRefused) {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <thread>
 
+#include "meshcast/duration.h"
+
 namespace meshcast {
 namespace {
 
@@ -17,8 +19,7 @@ Deadline::Deadline(std::string_view phase, int number, double timeout_s)
     : phase_(phase),
       number_(number),
       timeout_s_(timeout_s),
-      at_(Clock::now() +
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))) {}
+      at_(Clock::now() + seconds_to_duration(timeout_s)) {}
 
 std::string Deadline::phase() const {
   return number_ > 0 ? fmt::format("{} {}", phase_, number_) : std::string(phase_);
