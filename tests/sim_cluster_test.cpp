@@ -12,16 +12,16 @@ Cluster eight_gpus_four_nics() {
   return Cluster{.hosts = 3, .devices_per_host = 8, .nic_bandwidth = 1e9, .nics_per_host = 4};
 }
 
-TEST(ClusterNicsTest, DevicesSpreadEvenlyOverTheirHostsNics) {
+TEST(ClusterNicsTest, EachDeviceUsesItsRail) {
   const Cluster c = eight_gpus_four_nics();
-  const int expected[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  const int expected[8] = {0, 1, 2, 3, 0, 1, 2, 3};
   for (int host = 0; host < c.hosts; ++host)
     for (int local = 0; local < 8; ++local)
       EXPECT_EQ(c.nic_of(c.device_id(host, local)), expected[local]) << host << " " << local;
   Cluster more_nics_than_devices = c;
   more_nics_than_devices.devices_per_host = 2;
   EXPECT_EQ(more_nics_than_devices.nic_of(0), 0);
-  EXPECT_EQ(more_nics_than_devices.nic_of(1), 2);
+  EXPECT_EQ(more_nics_than_devices.nic_of(1), 1);
 }
 
 TEST(ClusterNicsTest, HostBandwidthCountsEveryNic) {
@@ -34,8 +34,20 @@ TEST(ClusterNicsTest, HostBandwidthCountsEveryNic) {
   EXPECT_EQ(c.nic_bandwidth_of(1), 6e9);
   EXPECT_EQ(c.nic_bandwidth_of(2), 5e9);
   EXPECT_EQ(c.nic_of(c.device_id(2, 7)), 0);
-  EXPECT_EQ(c.nic_of(c.device_id(1, 4)), 1);
+  EXPECT_EQ(c.nic_of(c.device_id(1, 4)), 0);
+  EXPECT_EQ(c.nic_of(c.device_id(1, 5)), 1);
   EXPECT_NO_THROW(c.validate());
+}
+
+// A host sends and receives only through NICs its devices use, each at most at their links' rate.
+TEST(ClusterNicsTest, HostBandwidthCountsWhatItsDevicesCanFill) {
+  Cluster c{.hosts = 2, .devices_per_host = 4, .nic_bandwidth = 1e9, .device_bandwidth = 10e9};
+  c.nics_per_host = 8;  // NICs 4..7 have no device
+  EXPECT_EQ(c.nic_bandwidth_of(0), 4e9);
+  c.devices_per_host = 1;  // one device, on NIC 0 alone
+  EXPECT_EQ(c.nic_bandwidth_of(0), 1e9);
+  c.nic_bandwidth = 30e9;  // its link is slower than that NIC
+  EXPECT_EQ(c.nic_bandwidth_of(0), 10e9);
 }
 
 TEST(ClusterNicsTest, DefaultIsOneNicPerHost) {

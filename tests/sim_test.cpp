@@ -294,11 +294,11 @@ TEST(SimulatorTest, AnOpWaitsForItsPortsAndTheReceiptsOfWhatItSends) {
 
 TEST(SimulatorTest, DevicesSpreadOverSeveralNics) {
   Cluster c = cluster(2, 8);
-  c.nics_per_host = 4;  // devices 0,1 on NIC 0; 2,3 on NIC 1; ...
+  c.nics_per_host = 4;  // devices 0,4 on NIC 0; 1,5 on NIC 1; ...
   Plan plan = plan_on(c);
   add(plan, op(OpKind::send, 0, {8}));
-  add(plan, op(OpKind::send, 2, {10}));
   add(plan, op(OpKind::send, 1, {9}));
+  add(plan, op(OpKind::send, 4, {12}));
   const SimResult r = simulate(plan);
   expect_time(r.ops[1].end_s, S / kNic + kLat);      // alone on NIC 1
   expect_time(r.ops[0].end_s, 2 * S / kNic + kLat);  // shares NIC 0 with op 2

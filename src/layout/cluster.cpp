@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -16,7 +18,16 @@ Cluster Cluster::from_gbps(const ClusterGbps& figures) {
 }
 
 double Cluster::nic_bandwidth_of(int host) const {
-  return nics_of(host) * single_nic_bandwidth_of(host);
+  // NIC n carries the devices l with l mod nics == n: devices_per_host / nics of them, one more
+  // on each of the first devices_per_host % nics NICs.
+  const int nics = nics_of(host);
+  const double nic = single_nic_bandwidth_of(host);
+  double total = 0;
+  for (int n = 0; n < std::min(nics, devices_per_host); ++n) {
+    const int devices = devices_per_host / nics + (n < devices_per_host % nics ? 1 : 0);
+    total += std::min(nic, devices * device_bandwidth);
+  }
+  return total;
 }
 
 double Cluster::single_nic_bandwidth_of(int host) const {
@@ -28,8 +39,7 @@ int Cluster::nics_of(int host) const {
 }
 
 int Cluster::nic_of(DeviceId device) const {
-  return static_cast<int>(static_cast<int64_t>(local_of(device)) * nics_of(host_of(device)) /
-                          devices_per_host);
+  return local_of(device) % nics_of(host_of(device));
 }
 
 double Cluster::device_bandwidth_of(DeviceId) const {

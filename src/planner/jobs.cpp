@@ -179,7 +179,83 @@ class Gathers {
   std::vector<Job> jobs_;
 };
 
+// The receivers of `t` by host (hosts and each host's devices ascending) when
+// it can go by rails: no receiving host holds the slice and every one has the
+// same number g >= 2 of receivers; else empty.
+std::vector<std::vector<DeviceId>> rail_groups(const Transfer& t, const Cluster& cluster) {
+  std::map<int, std::vector<DeviceId>> by_host;
+  for (DeviceId r : t.receivers) by_host[cluster.host_of(r)].push_back(r);
+  std::vector<std::vector<DeviceId>> groups;
+  for (auto& [host, group] : by_host) {
+    const bool held = std::any_of(t.candidates.begin(), t.candidates.end(),
+                                  [&](DeviceId d) { return cluster.host_of(d) == host; });
+    if (held || group.size() < 2 || (!groups.empty() && group.size() != groups[0].size()))
+      return {};
+    std::sort(group.begin(), group.end());
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 }  // namespace
+
+std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                           int64_t min_round_bytes) {
+  const Cluster& cluster = batch.cluster;
+  std::vector<Job> out;
+  for (const Job& job : jobs) {
+    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
+                                         [](const Op& op) { return op.kind == OpKind::copy; });
+    int64_t largest_rail = 0;  // bytes of the job's largest rail, 0 when it has none
+    for (const Transfer& t : job.transfers) {
+      const auto groups = rail_groups(t, cluster);
+      const auto g = static_cast<int>(groups.empty() ? 0 : groups[0].size());
+      if (g >= 2 && !allgather_part(t.slice, g, g - 1).empty())
+        largest_rail = std::max(largest_rail, t.bytes / g);
+    }
+    if (!only_copies || largest_rail == 0) {
+      out.push_back(job);
+      continue;
+    }
+    int n = static_cast<int>(
+        std::clamp<int64_t>(largest_rail / std::max<int64_t>(min_round_bytes, 1), 1, rounds));
+    while (n > 1 && std::any_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
+             return allgather_part(t.slice, n, n - 1).empty();
+           }))
+      --n;
+    const int element = element_size(batch, job.tensor);
+    for (int round = 0; round < n; ++round) {
+      Job part{job.tensor, job.task};
+      for (const Transfer& t : job.transfers) {
+        Transfer whole = t;
+        whole.slice = allgather_part(t.slice, n, round);
+        whole.bytes = whole.slice.volume() * element;
+        const auto groups = rail_groups(t, cluster);
+        const auto g = static_cast<int>(groups.empty() ? 0 : groups[0].size());
+        if (g < 2 || allgather_part(whole.slice, g, g - 1).empty()) {
+          part.transfers.push_back(std::move(whole));
+          continue;
+        }
+        for (int i = 0; i < g; ++i) {
+          Transfer rail = whole;
+          rail.slice = allgather_part(whole.slice, g, i);
+          rail.bytes = rail.slice.volume() * element;
+          rail.receivers.clear();
+          for (const auto& group : groups) rail.receivers.push_back(group[i]);
+          rail.splittable = false;
+          part.transfers.push_back(std::move(rail));
+        }
+        for (const auto& group : groups)
+          part.then.push_back(make_op(OpKind::allgather,
+                                      {make_piece(batch, job.tensor, job.task, whole.slice)},
+                                      std::nullopt, group));
+      }
+      if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
+      out.push_back(std::move(part));
+    }
+  }
+  return out;
+}
 
 int64_t Job::bytes() const {
   int64_t total = 0;

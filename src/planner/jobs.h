@@ -36,6 +36,19 @@ struct Job {
 std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
                            Strategy strategy);
 
+// `jobs` laid on rails, where that applies: each job whose follow-ups are only copies and that has
+// a transfer into hosts that do not hold its slice, with g >= 2 receivers on every one of them,
+// is cut into up to `rounds` jobs (torch.chunk of each slice's longest dimension; fewer where a
+// slice is too short, or a round would have less than `min_round_bytes` per rail), and each such
+// transfer of a round into g rails: part i of the slice (allgather_part) goes by one op through
+// the i-th receiver of each host, then each host's receivers exchange the parts by an allgather.
+// Every receiving device then takes its share over its own NIC, so a host's receiving spreads
+// over all its NICs, where a chain through every device of a host holds all of them as relays
+// and so runs one at a time, over one NIC per hop; and one round's allgathers run while the next
+// round's rails arrive.
+std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                           int64_t min_round_bytes);
+
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {
   // Another host's devices start at the one with the smallest key (the balance mode's choice).

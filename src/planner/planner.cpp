@@ -83,6 +83,35 @@ bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
   });
 }
 
+// Whether some transfer of `jobs` has receivers on a host with several NICs: only then can rails
+// (detail::rail_jobs) receive faster than chains, which enter each host through one device.
+bool any_into_several_nics(const Batch& batch, const std::vector<detail::Job>& jobs) {
+  const Cluster& c = batch.cluster;
+  return any_transfer(jobs, [&](const detail::Transfer& t) {
+    return std::any_of(t.receivers.begin(), t.receivers.end(),
+                       [&](DeviceId r) { return c.nics_of(c.host_of(r)) > 1; });
+  });
+}
+
+// The rounds rails are laid in (detail::rail_jobs). Each round's allgathers run while the next
+// round's rails arrive, so only the last round's is not hidden: about a round's slice over a
+// device link, against every round's slice over a host's NICs. kRailTail is what that may cost,
+// in parts of the whole; a round keeps at least kRailRoundBuckets default buckets per rail, so
+// that latencies stay small too, and the rounds of all jobs stay within kMostJobsForACandidate.
+constexpr double kRailTail = 0.02;
+constexpr int kMostRailRounds = 32;
+constexpr int64_t kRailRoundBuckets = 4;
+
+int rail_rounds(const Batch& batch, const std::vector<detail::Job>& jobs) {
+  const Cluster& c = batch.cluster;
+  double nics_over_link = 0;  // the most a host's NICs take in, over one device link
+  for (int h = 0; h < c.hosts; ++h)
+    nics_over_link = std::max(nics_over_link, c.nic_bandwidth_of(h) / c.device_bandwidth);
+  const auto by_tail = static_cast<int>(std::ceil(nics_over_link / kRailTail));
+  const auto by_jobs = static_cast<int>(kMostJobsForACandidate / std::max<size_t>(jobs.size(), 1));
+  return std::clamp(std::min(by_tail, by_jobs), 1, kMostRailRounds);
+}
+
 // `jobs` with each job whose follow-ups are only copies cut in two: the first half of each of its
 // slices, then the second half (torch.chunk of the longest dimension), as two jobs.
 std::vector<detail::Job> halved(const Batch& batch, const std::vector<detail::Job>& jobs) {
@@ -145,7 +174,9 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // Chains through several hosts cannot run at once where they share relays (a device sends one
   // op at a time): one op per receiving host, or host by host as a ring (either way round: where
   // hosts hold unequal shares, the one that forwards all a host needs differs), can. And halves of
-  // every slice let a device with several receivers take turns between them.
+  // every slice let a device with several receivers take turns between them. Where a receiving
+  // host has several NICs, chains enter it through one device each and, holding all its devices
+  // as relays, run one at a time: rails spread its receiving over all its NICs.
   if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate &&
       any_beyond_a_latency(batch, jobs)) {
     const auto fused_time = [&](const std::vector<Op>& ops) {
@@ -175,6 +206,10 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
       try_candidate(jobs, options, detail::Shape::relayed_down);
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
+    if (any_into_several_nics(batch, jobs))
+      try_candidate(detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
+                                      kRailRoundBuckets * default_bucket_bytes(batch.cluster)),
+                    options, detail::Shape::chains);
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),

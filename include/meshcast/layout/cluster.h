@@ -52,14 +52,16 @@ struct Cluster {
   int host_of(DeviceId device) const { return device / devices_per_host; }
   int local_of(DeviceId device) const { return device % devices_per_host; }
   DeviceId device_id(int host, int local) const { return host * devices_per_host + local; }
-  // All NICs of the host together: what the host can send (or receive) per second. With one NIC
-  // per host this is that NIC's bandwidth; the lower bound and the planner count hosts with it.
+  // What the host's devices can send (or receive) over its NICs per second, all NICs together:
+  // each NIC carries at most its bandwidth and at most the device links of the devices on it
+  // together (a NIC no device uses carries nothing). With one NIC per host and device links at
+  // least as fast, that NIC's bandwidth. The lower bound counts hosts with it.
   double nic_bandwidth_of(int host) const;
   // One NIC of the host.
   double single_nic_bandwidth_of(int host) const;
   int nics_of(int host) const;
-  // The NIC (0..nics_of(host)-1) a device's inter-host traffic goes through: the host's devices
-  // are spread evenly and in order over its NICs, local device l on NIC l * nics / G.
+  // The NIC (0..nics_of(host)-1) a device's inter-host traffic goes through, its rail: local
+  // device l on NIC l mod nics, as rail-optimised fabrics wire GPU l to NIC l.
   int nic_of(DeviceId device) const;
   double device_bandwidth_of(DeviceId device) const;
   // Throws InvalidArgument on non-positive sizes, bandwidths, NIC counts, negative latency,
