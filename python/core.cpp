@@ -246,10 +246,12 @@ Simulation simulate_plan(const Plan& plan, int top) {
 }
 
 // One array handed to a Resharder: a numpy array (buffer protocol) or a CPU torch tensor (its
-// data pointer), viewed without a copy.
+// data pointer), viewed without a copy, strided or not.
 struct ArrayView {
   std::byte* data = nullptr;
   std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // bytes (numpy's convention; torch's element strides scaled)
+  int64_t itemsize = 0;
   std::string dtype;
   bool contiguous = false;
   bool writable = false;
@@ -309,6 +311,8 @@ ArrayView view_of(const py::handle& value, const Slot& slot, bool device_memory)
     v.data = static_cast<std::byte*>(info.ptr);
     v.shape.assign(info.shape.begin(), info.shape.end());
     v.dtype = dtype_of_format(info.format, info.itemsize);
+    v.strides.assign(info.strides.begin(), info.strides.end());
+    v.itemsize = info.itemsize;
     int64_t stride = info.itemsize;
     v.contiguous = true;
     for (int d = static_cast<int>(info.ndim) - 1; d >= 0; --d) {
@@ -338,13 +342,24 @@ ArrayView view_of(const py::handle& value, const Slot& slot, bool device_memory)
   v.shape = value.attr("shape").cast<std::vector<int64_t>>();
   v.dtype = py::str(value.attr("dtype")).cast<std::string>().substr(6);  // "torch.float32"
   v.contiguous = value.attr("is_contiguous")().cast<bool>();
+  v.itemsize = value.attr("element_size")().cast<int64_t>();
+  for (int64_t stride : value.attr("stride")().cast<std::vector<int64_t>>())
+    v.strides.push_back(stride * v.itemsize);
   v.writable = true;
   return v;
 }
 
-// Checks `value` against the tile `box` of the plan's tensor and returns its bytes.
-std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const TensorSpec& tensor,
-                                const Slot& slot, bool written, bool device_memory) {
+// An array's memory as an executor takes it: contiguous (no strides), or a strided view whose
+// bytes run from its first element to its last (docs/executors.md#bound-tiles).
+struct TileMemory {
+  std::span<std::byte> bytes;
+  std::vector<int64_t> strides;  // elements; empty: contiguous
+};
+
+// Checks `value` against the tile `box` of the plan's tensor and returns its memory: a strided
+// view (a region of a fused parameter, a transposed array) is passed through, not copied.
+TileMemory tile_memory(const py::handle& value, const Box& box, const TensorSpec& tensor,
+                       const Slot& slot, bool written, bool device_memory) {
   const ArrayView v = view_of(value, slot, device_memory);
   const auto want_shape = box.extents();
   if (v.shape != want_shape)
@@ -354,14 +369,21 @@ std::span<std::byte> tile_bytes(const py::handle& value, const Box& box, const T
   if (v.dtype != to_string(tensor.dtype))
     throw py::value_error(fmt::format("{}: dtype {}, expected {}", to_string(slot), v.dtype,
                                       to_string(tensor.dtype)));
-  if (!v.contiguous)
-    throw py::value_error(
-        fmt::format("{}: not contiguous, expected a C-contiguous array (np.ascontiguousarray or "
-                    ".contiguous() makes one)",
-                    to_string(slot)));
   if (written && !v.writable)
     throw py::value_error(fmt::format("{}: read-only, expected a writable array", to_string(slot)));
-  return {v.data, static_cast<size_t>(box.volume() * dtype_size(tensor.dtype))};
+  if (v.contiguous) return {{v.data, static_cast<size_t>(box.volume() * v.itemsize)}, {}};
+  TileMemory m;
+  int64_t extent = 1;  // elements from the first to the last
+  for (size_t d = 0; d < v.strides.size(); ++d) {
+    if (v.strides[d] < 0 || v.strides[d] % v.itemsize != 0)
+      throw py::value_error(fmt::format(
+          "{}: strides ({}) bytes, expected non-negative multiples of the element size {}",
+          to_string(slot), fmt::join(v.strides, ", "), v.itemsize));
+    m.strides.push_back(v.strides[d] / v.itemsize);
+    extent += (v.shape[d] - 1) * m.strides.back();
+  }
+  m.bytes = {v.data, static_cast<size_t>(extent * v.itemsize)};
+  return m;
 }
 
 // A key of src or out: a device id (an int) of the tensor's `mesh` on that side.
@@ -633,7 +655,9 @@ class Resharder {
                                             label, device, to_string(tiles.src)));
         const py::object value = given_src[key];
         const Slot slot{"src", label, device};
-        b.src = tile_bytes(value, tiles.src, t.tensor, slot, false, !transport_.is_none());
+        TileMemory m = tile_memory(value, tiles.src, t.tensor, slot, false, !transport_.is_none());
+        b.src = m.bytes;
+        b.src_strides = std::move(m.strides);
         regions.push_back({b.src, to_string(slot), false});
         keep.push_back(value);
       }
@@ -646,7 +670,9 @@ class Resharder {
         }
         const py::object value = given_out[key];
         const Slot slot{"out", label, device};
-        b.dst = tile_bytes(value, tiles.dst, t.tensor, slot, true, !transport_.is_none());
+        TileMemory m = tile_memory(value, tiles.dst, t.tensor, slot, true, !transport_.is_none());
+        b.dst = m.bytes;
+        b.dst_strides = std::move(m.strides);
         regions.push_back({b.dst, to_string(slot), true});
         keep.push_back(value);
       }

@@ -133,6 +133,75 @@ TEST(BatchJsonTest, SpecsInEveryVocabulary) {
   EXPECT_NE(message.find("(expected one of dp, tp)"), std::string::npos) << message;
 }
 
+// q and k (rows 0..3 and 4..5 of the fused buffer on each of 2 devices) and a bias bound into a
+// stacked buffer of two slots, as a serving engine holds them.
+nlohmann::json fused_batch_json() {
+  return nlohmann::json::parse(R"({
+    "cluster": {"hosts": 2, "devices_per_host": 2},
+    "tensors": [{"name": "q", "shape": [8, 4], "dtype": "float32",
+                 "src": {"mesh": [2], "spec": "RR"}, "dst": {"mesh": [2], "spec": "S0R"},
+                 "dst_buffer": {"name": "qkv", "offset": [0, 0]}},
+                {"name": "k", "shape": [4, 4], "dtype": "float32",
+                 "src": {"mesh": [2], "spec": "RR"}, "dst": {"mesh": [2], "spec": "S0R"},
+                 "dst_buffer": {"name": "qkv", "offset": [4, 0]}},
+                {"name": "b", "shape": [4], "dtype": "float32",
+                 "src": {"mesh": [2], "spec": "S0"}, "dst": {"mesh": [2], "spec": "R"},
+                 "src_buffer": {"name": "biases", "offset": [1, 0]}}]})");
+}
+
+TEST(BatchJsonTest, BindingsRoundTripAndNameTheirRegion) {
+  const Batch batch = batch_from_json(fused_batch_json());
+  ASSERT_TRUE(batch.tensors[1].dst_buffer);
+  EXPECT_EQ(*batch.tensors[1].dst_buffer, (BufferBinding{"qkv", {4, 0}}));
+  EXPECT_FALSE(batch.tensors[1].src_buffer);
+  EXPECT_EQ(batch.tensors[2].src_buffer->offset, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(batch_from_json(nlohmann::json::parse(batch_to_json(batch).dump())), batch);
+  // k's tile [2,4)x[0,4) sits at rows 6..7 of the buffer; a 1-D tile in a 2-D buffer takes one
+  // row of its leading dimension.
+  EXPECT_EQ(bound_region(*batch.tensors[1].dst_buffer, Box{{{2, 4}, {0, 4}}}),
+            (Box{{{4, 6}, {0, 4}}}));
+  EXPECT_EQ(bound_region(*batch.tensors[2].src_buffer, Box{{{2, 4}}}), (Box{{{1, 2}, {0, 2}}}));
+}
+
+TEST(BatchJsonTest, BadBindingsAreRefusedNamingTheTensorAndTheBuffer) {
+  const auto good = fused_batch_json();
+  const auto message_for = [&](auto change) {
+    auto j = good;
+    change(j);
+    return error_of([&] { batch_from_json(j); });
+  };
+  const auto expect_in = [](const std::string& message, const std::string& text) {
+    EXPECT_NE(message.find(text), std::string::npos) << message;
+  };
+  // k's rows 0..1 on device 1 would land on q's rows 2..3 of that device.
+  expect_in(message_for([](auto& j) {
+              j["tensors"][1]["dst_buffer"]["offset"] = {2, 0};
+            }),
+            "tensors[1] 'k': dst_buffer 'qkv': on device 2 its region [2,4)x[0,4) overlaps "
+            "[0,4)x[0,4) of tensors[0] 'q'");
+  expect_in(message_for([](auto& j) { j["tensors"][1]["dtype"] = "bfloat16"; }),
+            "tensors[1] 'k': dst_buffer 'qkv': bfloat16 with a 2-entry offset, but tensors[0] 'q' "
+            "binds it as float32 with a 2-entry offset: expected one dtype and rank per buffer");
+  expect_in(message_for([](auto& j) { j["tensors"][0]["dst_buffer"]["offset"] = {0}; }),
+            "tensors[0] 'q': dst_buffer: offset [0] has 1 entries: expected 2 to 8");
+  expect_in(message_for([](auto& j) {
+              j["tensors"][0]["dst_buffer"]["offset"] = {0, -1};
+            }),
+            "tensors[0] 'q': dst_buffer: offset [0,-1]: expected non-negative indices");
+  expect_in(message_for([](auto& j) { j["tensors"][0]["dst_buffer"]["name"] = ""; }),
+            "tensors[0] 'q': dst_buffer: empty buffer name");
+  expect_in(message_for([](auto& j) {
+              j["tensors"][0]["dst_buffer"]["offest"] = {0, 0};
+            }),
+            "tensors[0] 'q': dst_buffer");
+  // The sides name their own buffers: a source buffer 'qkv' is another buffer.
+  EXPECT_NO_THROW(batch_from_json([&] {
+    auto j = good;
+    j["tensors"][0]["src_buffer"] = {{"name", "qkv"}, {"offset", {0, 0}}};
+    return j;
+  }()));
+}
+
 TEST(BatchJsonTest, NamesTheTensorAndTheField) {
   const auto good = batch_to_json(two_tensor_batch());
   auto j = good;
@@ -144,8 +213,7 @@ TEST(BatchJsonTest, NamesTheTensorAndTheField) {
   j = good;
   j["tensors"][1].erase("dtype");
   message = error_of([&] { batch_from_json(j); });
-  EXPECT_NE(message.find("tensors[1] 'second': missing key 'dtype'"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("tensors[1] 'second': missing key 'dtype'"), std::string::npos) << message;
 
   j = good;
   j["tensors"][1].erase("name");

@@ -253,6 +253,12 @@ check batch-not-a-list 2 "bad value for 'tensors': expected an array" -- "$MESHC
 check bucket-plan 0 "broadcast tensor +[0-9]+ task +[0-9]+ \[[0-9,)x\[]+ \+[0-9]+ pieces" -- "$MESHCAST" plan --batch "$BATCH_DIR/tiny.json"
 check bucket-none 0 "balance order: 69 ops" -- "$MESHCAST" plan --batch "$BATCH_DIR/tiny.json" --bucket-bytes 0
 check bucket-run 0 "checked, 0 wrong" -- "$MESHCAST" run --batch "$BATCH_DIR/tiny.json" --bucket-bytes 4096 --verify --iters 1
+# Fused serving buffers (docs/models.md): q, k, v written into qkv_proj, gate and up into
+# gate_up_proj; tp 3 splits 40 rows unevenly (14, 14, 12), leaving rows between the parts that must stay.
+"$MESHCAST" model --hidden 40 --layers 2 --heads 5 --ffn 64 --vocab 100 --train tp=2 \
+  --serve tp=3 --devices-per-host 2 -o "$BATCH_DIR/fused.json" >/dev/null
+check fused-file 0 '"dst_buffer":\{"name":"layers.1.attn.qkv_proj","offset":\[14,0\]\}' -- cat "$BATCH_DIR/fused.json"
+check fused-run 0 "0 wrong; [1-9][0-9]* bytes of bound buffers outside the tiles checked, 0 changed" -- "$MESHCAST" run --batch "$BATCH_DIR/fused.json" --verify --iters 1
 "$MESHCAST" plan --batch "$BATCH_DIR/tiny.json" --json >"$BATCH_DIR/tiny-plan.json"
 check bucket-plan-check 0 "valid plan, 6 ops" -- "$MESHCAST" plan --check "$BATCH_DIR/tiny-plan.json"
 check bucket-bad 2 "bad --bucket-bytes -1: expected a number >= 0" -- "$MESHCAST" simulate --batch "$BATCH_DIR/tiny.json" --bucket-bytes -1

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,8 @@
 #include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
+#include "meshcast/runtime/strided_copy.h"
+#include "meshcast/suites/model.h"
 #include "meshcast/tasks/batch.h"
 
 namespace meshcast::testing {
@@ -134,6 +139,191 @@ inline int64_t play_and_count_errors(Executor& executor, const Plan& plan) {
     prepare_tiles(plan.batch, buffers);
     compiled->run(views);
     errors += count_destination_errors(plan.batch, buffers);
+  }
+  return executor.sum_over_processes(errors);
+}
+
+// Runs `plan` twice in the memory its batch's bindings describe (allocate_device_memory: tiles
+// bound into shared per-device buffers), each time checking every destination element and every
+// byte of every buffer outside the tiles' regions (check_memory). Returns the wrong elements plus
+// the changed bytes, summed over every process; `outside_bytes` (if given) gets the bytes outside
+// the regions that were checked, so that a test can tell there were some.
+inline int64_t play_bound_and_count_errors(Executor& executor, const Plan& plan,
+                                           int64_t* outside_bytes = nullptr) {
+  const auto compiled = executor.compile(plan);
+  DeviceMemory memory = allocate_device_memory(plan.batch, compiled->devices_here());
+  int64_t errors = 0, outside = 0;
+  for (int run = 0; run < 2; ++run) {
+    prepare_memory(plan.batch, memory);
+    compiled->run(memory.views);
+    const MemoryCheck c = check_memory(plan.batch, memory);
+    errors += c.errors + c.outside_errors;
+    outside = c.outside_bytes;
+  }
+  if (outside_bytes) *outside_bytes = executor.sum_over_processes(outside);
+  return executor.sum_over_processes(errors);
+}
+
+// Small llama and gpt weight syncs on exactly `devices` devices (one per host; at least 2):
+//  - llama as model_batch fuses it for serving (q, k, v in attn.qkv_proj, gate and up in
+//    mlp.gate_up_proj), tp = devices/2 -> tp = the rest (uneven head splits leave gaps);
+//  - the same with every fused part moved to slot 1 of a 2-slot buffer and one row apart, so
+//    that slot 0 and the rows between parts must stay untouched;
+//  - llama from a pp=2 trainer (3 devices and more);
+//  - gpt with its column-parallel weights of each layer (qkv, up) bound on the trainer's side
+//    into one buffer, slot 0 and slot 1 (a source read through a binding).
+inline std::vector<Batch> fused_model_batches_on(int devices) {
+  std::vector<Batch> out;
+  if (devices < 2) return out;
+  const ModelConfig llama{.arch = ModelArch::llama,
+                          .hidden = 16,
+                          .layers = 2,
+                          .heads = 4,
+                          .kv_heads = 2,
+                          .ffn = 24,
+                          .vocab = 40,
+                          .dtype = DType::float32};
+  const Cluster cluster{.devices_per_host = 1};
+  const int64_t train = devices / 2;
+  out.push_back(model_batch(llama, {.tp = train}, {.tp = devices - train}, cluster));
+  Batch slotted = out.back();
+  std::map<std::string, int64_t> parts;  // per buffer: parts bound so far
+  for (auto& t : slotted.tensors)
+    if (t.dst_buffer) {
+      t.dst_buffer->offset.insert(t.dst_buffer->offset.begin(), 1);
+      t.dst_buffer->offset[1] += parts[t.dst_buffer->name]++;
+    }
+  slotted.validate();
+  out.push_back(std::move(slotted));
+  if (devices >= 3)
+    out.push_back(model_batch(llama, {.tp = 1, .pp = 2}, {.tp = devices - 2}, cluster));
+  ModelConfig gpt{.arch = ModelArch::gpt,
+                  .hidden = 16,
+                  .layers = 2,
+                  .heads = 4,
+                  .ffn = 24,
+                  .vocab = 40,
+                  .positions = 8,
+                  .dtype = DType::float16};
+  Batch g = model_batch(gpt, {.tp = train}, {.tp = devices - train}, cluster);
+  for (auto& t : g.tensors)
+    for (const auto& [suffix, slot] : {std::pair{".attn.qkv.weight", 0}, {".mlp.up.weight", 1}})
+      if (t.name.ends_with(suffix))
+        t.src_buffer =
+            BufferBinding{t.name.substr(0, t.name.find('.', 7)) + ".column", {slot, 0, 0}};
+  g.validate();
+  out.push_back(std::move(g));
+  return out;
+}
+
+// A tile as a strided view into a larger buffer: the tile's dimensions laid out in a random
+// order (a transposed view), each padded by 0..2 elements, the tile at a random place inside;
+// the rest of the buffer holds a sentinel that no run may change.
+struct StridedTile {
+  Box tile;
+  int elem = 1;
+  std::vector<std::byte> memory;
+  int64_t first = 0;             // elements from the buffer's start to the tile's first element
+  std::vector<int64_t> strides;  // elements; empty for an empty tile
+
+  static std::byte sentinel(size_t i) { return static_cast<std::byte>((i * 61 + 7) & 0xff); }
+
+  StridedTile(const Box& box, int elem_size, std::mt19937& rng) : tile(box), elem(elem_size) {
+    if (tile.empty()) return;
+    const int rank = tile.rank();
+    std::vector<int> order(rank);  // outermost in memory first
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    strides.resize(rank);
+    int64_t stride = 1;
+    for (int k = rank - 1; k >= 0; --k) {
+      const int d = order[k];
+      const int64_t pad = static_cast<int64_t>(rng() % 3);
+      first += static_cast<int64_t>(rng() % (pad + 1)) * stride;
+      strides[d] = stride;
+      stride *= tile.dims[d].size() + pad;
+    }
+    memory.resize(stride * elem);
+    for (size_t i = 0; i < memory.size(); ++i) memory[i] = sentinel(i);
+  }
+  BufferView view() const {
+    BufferView v{tile, {}};
+    for (size_t d = 0; d < strides.size(); ++d) v.strides[d] = strides[d] * elem;
+    return v;
+  }
+  std::span<std::byte> span() {
+    if (tile.empty()) return {};
+    int64_t extent = 1;
+    for (int d = 0; d < tile.rank(); ++d) extent += (tile.dims[d].size() - 1) * strides[d];
+    return {memory.data() + first * elem, static_cast<size_t>(extent * elem)};
+  }
+  // The pattern (a source) or the poison (a destination), written through the view.
+  void fill(const std::vector<int64_t>& shape, bool pattern) {
+    if (tile.empty()) return;
+    std::vector<std::byte> packed(tile.volume() * elem);
+    (pattern ? fill_pattern : fill_poison)(tile, shape, elem, packed);
+    run_strided_copy(plan_strided_copy(tile, row_major_view(tile, elem), view(), elem),
+                     packed.data(), memory.data() + first * elem);
+  }
+  // Elements of the tile that differ from the pattern, plus bytes outside it that differ from
+  // the sentinel.
+  int64_t errors(const std::vector<int64_t>& shape) const {
+    if (tile.empty()) return 0;
+    std::vector<std::byte> packed(tile.volume() * elem);
+    run_strided_copy(plan_strided_copy(tile, view(), row_major_view(tile, elem), elem),
+                     memory.data() + first * elem, packed.data());
+    int64_t errors = count_pattern_errors(tile, shape, elem, packed);
+    std::vector<std::byte> inside(memory.size(), std::byte{0});
+    const std::vector<std::byte> ones(packed.size(), std::byte{1});
+    run_strided_copy(plan_strided_copy(tile, row_major_view(tile, elem), view(), elem), ones.data(),
+                     inside.data() + first * elem);
+    for (size_t i = 0; i < memory.size(); ++i)
+      errors += inside[i] == std::byte{0} && memory[i] != sentinel(i);
+    return errors;
+  }
+};
+
+// Runs `plan` compiled once: first on contiguous tiles (play_and_count_errors' buffers), then
+// twice on tiles that are random strided views (StridedTile, new strides each time, so that
+// each run binds other strides than the one before). Returns the wrong destination elements
+// plus the changed bytes outside the views (of sources and destinations), summed over every
+// process.
+inline int64_t play_strided_and_count_errors(Executor& executor, const Plan& plan, unsigned seed) {
+  const auto compiled = executor.compile(plan);
+  const Batch& batch = plan.batch;
+  int64_t errors = 0;
+  auto contiguous = allocate_tile_buffers(batch, compiled->devices_here());
+  prepare_tiles(batch, contiguous);
+  compiled->run(buffer_views(contiguous));
+  errors += count_destination_errors(batch, contiguous);
+  std::mt19937 rng(seed);
+  for (int run = 0; run < 2; ++run) {
+    std::vector<std::pair<StridedTile, StridedTile>> tiles;  // per view: source, destination
+    std::vector<DeviceBuffers> views;
+    for (DeviceId d : compiled->devices_here())
+      for (int t = 0; t < static_cast<int>(batch.tensors.size()); ++t) {
+        const DeviceTiles boxes = tiles_of(batch, t, d);
+        if (boxes.src.empty() && boxes.dst.empty()) continue;
+        const int elem = dtype_size(batch.tensors[t].tensor.dtype);
+        tiles.emplace_back(StridedTile(boxes.src, elem, rng), StridedTile(boxes.dst, elem, rng));
+        views.push_back({.device = d, .tensor = t});
+      }
+    for (size_t v = 0; v < views.size(); ++v) {
+      const auto& shape = batch.tensors[views[v].tensor].tensor.shape;
+      auto& [src, dst] = tiles[v];
+      src.fill(shape, true);
+      dst.fill(shape, false);
+      views[v].src = src.span();
+      views[v].src_strides = src.strides;
+      views[v].dst = dst.span();
+      views[v].dst_strides = dst.strides;
+    }
+    compiled->run(views);
+    for (size_t v = 0; v < views.size(); ++v) {
+      const auto& shape = batch.tensors[views[v].tensor].tensor.shape;
+      // A source's tile still holds the pattern and its surroundings the sentinel.
+      errors += tiles[v].first.errors(shape) + tiles[v].second.errors(shape);
+    }
   }
   return executor.sum_over_processes(errors);
 }

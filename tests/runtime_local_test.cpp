@@ -13,7 +13,9 @@
 
 #include "meshcast/error.h"
 #include "meshcast/plan/dependencies.h"
+#include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/placement.h"
+#include "meshcast/runtime/strided_copy.h"
 #include "meshcast/tasks/paper_cases.h"
 #include "runtime_allocations.h"
 #include "runtime_cases.h"
@@ -316,6 +318,117 @@ TEST(LocalExecutorTest, BadBuffersAreRejectedBeforeAnythingMoves) {
   prepare_tiles(plan.batch, buffers);
   compiled->run(buffer_views(buffers));
   EXPECT_EQ(count_destination_errors(plan.batch, buffers), 0);
+}
+
+// Serving engines' fused parameters: q, k, v written straight into qkv_proj and gate, up into
+// gate_up_proj (and the same one slot and one row apart), a gpt trainer's weights read from one
+// stacked buffer; every element of every buffer checked, every strategy.
+TEST(LocalExecutorTest, FusedModelBuffersGetEveryElementAndNothingOutsideTheirRegions) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  for (int devices : {2, 5, 8}) {
+    const auto batches = testing::fused_model_batches_on(devices);
+    ASSERT_EQ(batches.size(), devices >= 3 ? 4u : 3u);
+    for (size_t b = 0; b < batches.size(); ++b)
+      for (const PlanOptions& o : every_strategy()) {
+        int64_t outside = 0;
+        ASSERT_EQ(
+            testing::play_bound_and_count_errors(*executor, make_plan(batches[b], o), &outside), 0)
+            << devices << " devices, batch " << b << " " << testing::describe(o);
+        // The slotted llama and the gpt trainer's stacked buffer leave bytes outside every
+        // region, which the check covers.
+        if (b == 1 || b + 1 == batches.size()) {
+          EXPECT_GT(outside, 0) << "batch " << b;
+        }
+      }
+  }
+}
+
+// Property: random batches, every strategy, each tile a random strided view (transposed, padded,
+// offset) of a larger buffer, with new strides on each run of one compiled plan.
+TEST(LocalExecutorTest, RandomStridedViewsAsSourcesAndDestinations) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  std::mt19937 rng(47);
+  for (int round = 0; round < 25; ++round) {
+    const Batch batch = testing::random_batch(rng, 1 + static_cast<int>(rng() % 5));
+    for (const PlanOptions& o : every_strategy())
+      ASSERT_EQ(testing::play_strided_and_count_errors(*executor, make_plan(batch, o), round), 0)
+          << "round " << round << " " << testing::describe(o);
+  }
+}
+
+// The check itself: a byte changed outside every region and a wrong element are both found.
+TEST(LocalExecutorTest, TheBoundMemoryCheckFindsAChangedByteOutsideTheRegions) {
+  const Batch batch = testing::fused_model_batches_on(2)[1];  // slotted: slot 0 is outside
+  DeviceMemory memory = allocate_device_memory(batch, mesh_devices(batch));
+  prepare_memory(batch, memory);
+  const MemoryCheck before = check_memory(batch, memory);
+  EXPECT_GT(before.outside_bytes, 0);
+  EXPECT_EQ(before.outside_errors, 0);
+  EXPECT_EQ(before.errors, before.elements);  // poisoned: nothing delivered yet
+  const auto qkv = std::find_if(memory.buffers.begin(), memory.buffers.end(),
+                                [](const auto& b) { return b.name.ends_with("qkv_proj"); });
+  ASSERT_NE(qkv, memory.buffers.end());
+  qkv->bytes[0] ^= std::byte{1};  // slot 0, outside every region
+  EXPECT_EQ(check_memory(batch, memory).outside_errors, 1);
+}
+
+// A run with other strides than the last compiles this process's copies again; a run with the
+// same strides allocates nothing.
+TEST(LocalExecutorTest, ARunWithTheSameStridesAsTheLastAllocatesNothing) {
+  const Batch batch = testing::fused_model_batches_on(4)[1];
+  auto executor = make_local_executor({.threads = 2});
+  const Plan plan = make_plan(batch, {.strategy = Strategy::broadcast});
+  const auto compiled = executor->compile(plan);
+  DeviceMemory memory = allocate_device_memory(batch, compiled->devices_here());
+  prepare_memory(batch, memory);
+  compiled->run(memory.views);
+  using testing::allocations;
+  using testing::counting_allocations;
+  allocations = 0;
+  counting_allocations = true;
+  compiled->run(memory.views);
+  counting_allocations = false;
+  EXPECT_EQ(allocations, 0);
+  const MemoryCheck c = check_memory(batch, memory);
+  EXPECT_EQ(c.errors + c.outside_errors, 0);
+}
+
+TEST(LocalExecutorTest, BadStridesAreRejectedBeforeAnythingMoves) {
+  const auto plan = testing::hand_written_plans()[1].plan;  // 4x9 float64; device 2: 4x5 tile
+  auto executor = make_local_executor();
+  const auto compiled = executor->compile(plan);
+  auto buffers = allocate_tile_buffers(plan.batch, compiled->devices_here());
+  auto views = buffer_views(buffers);
+  std::vector<std::byte> wide(4 * 10 * 8);  // device 2's tile as columns 0..4 of a 4x10 buffer
+  views[1].dst = std::span(wide).first((3 * 10 + 5) * 8);
+  views[1].dst_strides = {10};
+  expect_error([&] { compiled->start(views); },
+               "device 2, tensors[0] 'tensor': destination strides [10]: expected 2 non-negative "
+               "strides, one per dimension of the tensor");
+  views[1].dst_strides = {10, -1};
+  expect_error([&] { compiled->start(views); }, "destination strides [10,-1]: expected 2");
+  views[1].dst_strides = {2, 1};
+  expect_error([&] { compiled->start(views); },
+               "device 2, tensors[0] 'tensor': destination strides [2,1] over a tile of 4x5 make "
+               "elements share memory");
+  views[1].dst_strides = {10, 1};
+  views[1].dst = std::span(wide);
+  expect_error([&] { compiled->start(views); },
+               "device 2, tensors[0] 'tensor': destination buffer has 320 bytes, but its "
+               "destination tile of 4x5 with strides [10,1] spans 280 from its first element to "
+               "its last");
+  // With good strides the run writes the tile into columns 0..4 and leaves 5..9 alone.
+  views[1].dst = std::span(wide).first(35 * 8);
+  prepare_tiles(plan.batch, buffers);
+  compiled->run(views);
+  const Box tile{{{0, 4}, {0, 5}}};
+  std::vector<std::byte> packed(4 * 5 * 8);
+  run_strided_copy(plan_strided_copy(tile, BufferView{tile, {80, 8}}, row_major_view(tile, 8), 8),
+                   wide.data(), packed.data());
+  for (int row = 0; row < 4; ++row)
+    for (int byte = 5 * 8; byte < 10 * 8; ++byte)
+      EXPECT_EQ(wide[row * 80 + byte], std::byte{0}) << "row " << row << " byte " << byte;
+  EXPECT_EQ(count_pattern_errors(tile, {4, 9}, 8, packed), 0);
 }
 
 // Two tensors on the same devices: leaving out one tensor's buffers is an error naming it, raised

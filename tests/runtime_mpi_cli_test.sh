@@ -120,6 +120,12 @@ TINY=$(mktemp -d)
   --serve tp=2,replicas=2 -o "$TINY/tiny.json" >/dev/null
 check bench-batch-mpi 0 "^ +(joint|per_tensor|full_broadcast|gather_broadcast) " 4 -- \
   "${MPIRUN[@]}" -np 8 "$MESHCAST" bench --batch "$TINY/tiny.json" --backend mpi --verify --iters 1 --warmup 0
+# Fused serving buffers on 5 ranks (tp=2 -> tp=3, uneven): q, k, v written into qkv_proj and
+# gate, up into gate_up_proj; every element and every byte outside the regions checked.
+"$MESHCAST" model --hidden 40 --layers 2 --heads 5 --ffn 64 --vocab 100 --train tp=2 \
+  --serve tp=3 --devices-per-host 1 -o "$TINY/fused.json" >/dev/null
+check fused-run-mpi 0 "0 wrong; [1-9][0-9]* bytes of bound buffers outside the tiles checked, 0 changed" 1 -- \
+  "${MPIRUN[@]}" -np 5 "$MESHCAST" run --backend mpi --batch "$TINY/fused.json" --verify --iters 2
 rm -rf "$TINY"
 
 echo "$passes passed, $failures failed"

@@ -244,6 +244,36 @@ TEST(MpiExecutorTest, RanksGivenDifferentPlansAllRefuseBeforeAnyByteMoves) {
             0);
 }
 
+// Serving engines' fused parameters on every rank (testing::fused_model_batches_on): every
+// element of every buffer checked, and nothing outside the bound regions touched.
+TEST(MpiExecutorTest, FusedModelBuffersGetEveryElementAndNothingOutsideTheirRegions) {
+  const auto batches = testing::fused_model_batches_on(ranks);
+  ASSERT_GE(batches.size(), 3u);
+  for (size_t b = 0; b < batches.size(); ++b)
+    for (const PlanOptions& o : testing::every_strategy()) {
+      int64_t outside = 0;
+      ASSERT_EQ(testing::play_bound_and_count_errors(*world, make_plan(batches[b], o), &outside), 0)
+          << "batch " << b << " " << testing::describe(o);
+      if (b == 1 || b + 1 == batches.size()) {
+        EXPECT_GT(outside, 0) << "batch " << b;
+      }
+    }
+}
+
+// Property: random batches with every tile a random strided view of a larger buffer (new
+// strides on each run of one compiled plan); sends and receives in place only where the view
+// holds the bytes contiguously.
+TEST(MpiExecutorTest, RandomStridedViewsAsSourcesAndDestinations) {
+  const auto batches = testing::batches_on(ranks, 11, 400, 4);
+  ASSERT_GE(batches.size(), 2u) << "too few random batches fit " << ranks << " ranks";
+  for (size_t i = 0; i < batches.size(); ++i)
+    for (const PlanOptions& o : testing::every_strategy())
+      ASSERT_EQ(testing::play_strided_and_count_errors(*world, make_plan(batches[i], o),
+                                                       static_cast<unsigned>(i)),
+                0)
+          << "batch " << i << " " << testing::describe(o);
+}
+
 TEST(MpiExecutorTest, StartWaitAndASecondRunThatAllocatesNothing) {
   const Resharding p = corpus_for_this_run().front();
   const auto compiled =

@@ -154,6 +154,29 @@ TEST(ModelTest, BatchIsValidAndItsFileRoundTrips) {
   }
 }
 
+// Serving engines' fused buffers: q, k, v stacked in attn.qkv_proj and gate, up in
+// mlp.gate_up_proj, each part after the largest tile of the one before; nothing else bound.
+TEST(ModelTest, LlamaServingDestinationsAreBoundIntoFusedBuffers) {
+  for (const auto& [tp, k_at, v_at, up_at] :
+       {std::tuple{4, 4, 6, 6}, {3, 6, 9, 8}}) {  // tp 3: q 16 rows -> tiles of 6, 6, 4
+    const Batch b = model_batch(small_llama(), {.tp = 2}, {.tp = tp}, paper_cluster(1));
+    std::map<std::string, BufferBinding> bound;
+    for (const auto& t : b.tensors) {
+      EXPECT_FALSE(t.src_buffer) << t.name;
+      if (t.dst_buffer) bound[t.name] = *t.dst_buffer;
+    }
+    EXPECT_EQ(bound.size(), 4u * 5u) << "q, k, v, gate, up of 4 layers";
+    const auto at = [&](const std::string& name) { return bound.at("layers.2." + name); };
+    EXPECT_EQ(at("attn.q.weight"), (BufferBinding{"layers.2.attn.qkv_proj", {0, 0}}));
+    EXPECT_EQ(at("attn.k.weight"), (BufferBinding{"layers.2.attn.qkv_proj", {k_at, 0}}));
+    EXPECT_EQ(at("attn.v.weight"), (BufferBinding{"layers.2.attn.qkv_proj", {v_at, 0}}));
+    EXPECT_EQ(at("mlp.gate.weight"), (BufferBinding{"layers.2.mlp.gate_up_proj", {0, 0}}));
+    EXPECT_EQ(at("mlp.up.weight"), (BufferBinding{"layers.2.mlp.gate_up_proj", {up_at, 0}}));
+  }
+  for (const auto& t : model_batch(small_gpt(), {.tp = 2}, {.tp = 2}, paper_cluster(1)).tensors)
+    EXPECT_FALSE(t.src_buffer || t.dst_buffer) << t.name << ": gpt has nothing to fuse";
+}
+
 TEST(ModelTest, ParsesParallelism) {
   const auto side = parse_model_parallelism("tp=4,pp=2,dp=3", "dp", "--train");
   EXPECT_EQ(side.tp, 4);

@@ -150,7 +150,10 @@ TEST(WeightsTest, GatherBroadcastGathersOnTheFirstSourceDeviceThenBroadcastsTheW
 TEST(WeightsTest, BaselinesMoveEveryElementOnTheLocalBackendWithBoundedStaging) {
   auto executor = make_local_executor({.threads = 2});
   Batch shared = small_case().batch;
-  for (auto& t : shared.tensors) t.dst.mesh = t.src.mesh;  // the trainer's own devices serve
+  for (auto& t : shared.tensors) {
+    t.dst.mesh = t.src.mesh;  // the trainer's own devices serve
+    t.dst_buffer.reset();     // bound for the server's layout, which this replaces
+  }
   for (const Batch& batch : {small_case().batch, small_case(DType::bfloat16).batch, shared})
     for (const auto& plan : {full_broadcast_plan(batch), gather_broadcast_plan(batch)}) {
       ASSERT_NO_THROW(validate_plan(plan));

@@ -198,16 +198,31 @@ Resharding resharding_from_json(const json& j) {
 
 json batch_to_json(const Batch& batch) {
   json tensors = json::array();
-  for (const auto& t : batch.tensors)
-    tensors.push_back({{"name", t.name},
-                       {"shape", t.tensor.shape},
-                       {"dtype", to_string(t.tensor.dtype)},
-                       {"src", layout_to_json(t.src)},
-                       {"dst", layout_to_json(t.dst)}});
+  for (const auto& t : batch.tensors) {
+    json& j = tensors.emplace_back(json{{"name", t.name},
+                                        {"shape", t.tensor.shape},
+                                        {"dtype", to_string(t.tensor.dtype)},
+                                        {"src", layout_to_json(t.src)},
+                                        {"dst", layout_to_json(t.dst)}});
+    for (const auto& [key, binding] :
+         {std::pair{"src_buffer", &t.src_buffer}, std::pair{"dst_buffer", &t.dst_buffer}})
+      if (*binding) j[key] = {{"name", (*binding)->name}, {"offset", (*binding)->offset}};
+  }
   return {{"cluster", cluster_to_json(batch.cluster)}, {"tensors", std::move(tensors)}};
 }
 
 namespace {
+
+// A tensor's optional "src_buffer" / "dst_buffer": {"name", "offset"}.
+std::optional<BufferBinding> binding_from_json(const json& t, const char* key,
+                                               const std::string& where) {
+  if (!t.contains(key)) return std::nullopt;
+  const json& j = t.at(key);
+  const std::string at = fmt::format("{}: {}", where, key);
+  check_keys(j, at, {"name", "offset"});
+  return BufferBinding{field<std::string>(j, "name", at),
+                       field<std::vector<int64_t>>(j, "offset", at)};
+}
 
 // The batch of a document whose keys the caller has checked (a batch file or a plan).
 Batch batch_from_object(const json& j) {
@@ -225,7 +240,7 @@ Batch batch_from_object(const json& j) {
     // can be read.
     if (t.is_object() && t.contains("name") && t.at("name").is_string())
       where = fmt::format("tensors[{}] '{}'", i, t.at("name").get<std::string>());
-    check_keys(t, where, {"name", "shape", "dtype", "src", "dst"});
+    check_keys(t, where, {"name", "shape", "dtype", "src", "dst"}, {"src_buffer", "dst_buffer"});
     TensorResharding tr;
     tr.name = field<std::string>(t, "name", where);
     read_tensor_spec(t, where, tr.tensor);
@@ -240,6 +255,8 @@ Batch batch_from_object(const json& j) {
             : *std::max_element(src_devices.begin(), src_devices.end()) / per_host + 1;
     tr.dst = layout_from_json(field<json>(t, "dst", where), where + ": dst", tr.tensor.rank(),
                               DefaultPlacement{after_src, per_host});
+    tr.src_buffer = binding_from_json(t, "src_buffer", where);
+    tr.dst_buffer = binding_from_json(t, "dst_buffer", where);
     batch.tensors.push_back(std::move(tr));
   }
   try {

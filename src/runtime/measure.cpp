@@ -34,8 +34,7 @@ namespace {
 struct Played {
   const Plan* plan = nullptr;
   std::unique_ptr<CompiledPlan> compiled;
-  std::vector<TileBuffers> buffers;
-  std::vector<DeviceBuffers> views;
+  DeviceMemory memory;
 };
 
 }  // namespace
@@ -51,15 +50,14 @@ Measurement measure(Executor& executor, std::span<const Plan> plans, const Measu
     Played& p = played[k];
     p.plan = &plans[k];
     p.compiled = executor.compile(plans[k]);
-    p.buffers = allocate_tile_buffers(plans[k].batch, p.compiled->devices_here());
-    p.views = buffer_views(p.buffers);
-    prepare_tiles(plans[k].batch, p.buffers);
+    p.memory = allocate_device_memory(plans[k].batch, p.compiled->devices_here());
+    prepare_memory(plans[k].batch, p.memory);
   }
   Measurement m;
   for (int i = 0; i < o.warmup + o.iters; ++i) {
     const bool last = i + 1 == o.warmup + o.iters;
     if (last && o.verify)
-      for (Played& p : played) prepare_tiles(p.plan->batch, p.buffers);
+      for (Played& p : played) prepare_memory(p.plan->batch, p.memory);
     watchdog.enter(fmt::format("run {} of {}", i + 1, o.warmup + o.iters));
     executor.barrier();
     const auto start = std::chrono::steady_clock::now();
@@ -71,7 +69,7 @@ Measurement measure(Executor& executor, std::span<const Plan> plans, const Measu
         executor_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count();
       }
-      executor_seconds += played[k].compiled->run(played[k].views).seconds;
+      executor_seconds += played[k].compiled->run(played[k].memory.views).seconds;
     }
     const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
     const double seconds = executor.max_over_processes(executor_seconds);
@@ -85,15 +83,19 @@ Measurement measure(Executor& executor, std::span<const Plan> plans, const Measu
   m.wall_median_s = median(m.wall_times_s);
   if (o.verify) {
     watchdog.enter("the verification");
-    int64_t elements = 0, errors = 0;
+    MemoryCheck total;
     for (const Played& p : played) {
-      for (const TileBuffers& b : p.buffers)
-        elements += tiles_of(p.plan->batch, b.tensor, b.device).dst.volume();
-      errors += count_destination_errors(p.plan->batch, p.buffers);
+      const MemoryCheck c = check_memory(p.plan->batch, p.memory);
+      total.elements += c.elements;
+      total.errors += c.errors;
+      total.outside_bytes += c.outside_bytes;
+      total.outside_errors += c.outside_errors;
     }
-    m.errors = executor.sum_over_processes(errors);
-    m.checked = executor.sum_over_processes(elements);
-    m.verified = m.errors == 0;
+    m.errors = executor.sum_over_processes(total.errors);
+    m.checked = executor.sum_over_processes(total.elements);
+    m.outside_errors = executor.sum_over_processes(total.outside_errors);
+    m.outside_checked = executor.sum_over_processes(total.outside_bytes);
+    m.verified = m.errors == 0 && m.outside_errors == 0;
   }
   return m;
 }

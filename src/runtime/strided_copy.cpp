@@ -9,16 +9,6 @@
 namespace meshcast {
 namespace {
 
-std::array<int64_t, kMaxRank> row_major_strides(const Box& box, int elem_size) {
-  std::array<int64_t, kMaxRank> strides{};
-  int64_t stride = elem_size;
-  for (int d = box.rank() - 1; d >= 0; --d) {
-    strides[d] = stride;
-    stride *= box.dims[d].size();
-  }
-  return strides;
-}
-
 // Copies `count` runs of a fixed size; a known size lets the compiler inline the memcpy, which
 // matters for the many short runs of a slice cut across the last dimension.
 template <int64_t kRun>
@@ -50,38 +40,52 @@ int64_t StridedCopy::bytes() const {
   return b;
 }
 
-StridedCopy plan_strided_copy(const Box& region, const Box& from_box, const Box& to_box,
+BufferView row_major_view(const Box& box, int elem_size) {
+  BufferView view{box, {}};
+  int64_t stride = elem_size;
+  for (int d = box.rank() - 1; d >= 0; --d) {
+    view.strides[d] = stride;
+    stride *= box.dims[d].size();
+  }
+  return view;
+}
+
+StridedCopy plan_strided_copy(const Box& region, const BufferView& from, const BufferView& to,
                               int elem_size) {
-  if (!from_box.contains(region) || !to_box.contains(region))
+  if (!from.box.contains(region) || !to.box.contains(region))
     throw InvalidArgument(fmt::format("cannot copy {} from a buffer over {} to one over {}",
-                                      to_string(region), to_string(from_box), to_string(to_box)));
+                                      to_string(region), to_string(from.box), to_string(to.box)));
   StridedCopy c;
   if (region.empty()) return c;
-  const auto from_strides = row_major_strides(from_box, elem_size);
-  const auto to_strides = row_major_strides(to_box, elem_size);
-  const int rank = region.rank();
-  for (int d = 0; d < rank; ++d) {
-    c.from_offset += (region.dims[d].lo - from_box.dims[d].lo) * from_strides[d];
-    c.to_offset += (region.dims[d].lo - to_box.dims[d].lo) * to_strides[d];
-  }
-  // Merge inner dimensions while the region spans them whole in both buffers.
-  int inner = rank - 1;
-  int64_t run = region.dims[inner].size() * elem_size;
-  while (inner > 0 && region.dims[inner].size() == from_box.dims[inner].size() &&
-         region.dims[inner].size() == to_box.dims[inner].size()) {
-    --inner;
-    run *= region.dims[inner].size();
+  c.from_offset = offset_in(region, from);
+  c.to_offset = offset_in(region, to);
+  // Dimensions the region spans one index of need no loop. From the innermost of the others,
+  // each dimension whose stride in both buffers is the run so far continues it contiguously.
+  std::array<int, kMaxRank> dims{};
+  int count = 0;
+  for (int d = 0; d < region.rank(); ++d)
+    if (region.dims[d].size() > 1) dims[count++] = d;
+  int64_t run = elem_size;
+  for (; count > 0; --count) {
+    const int d = dims[count - 1];
+    if (from.strides[d] != run || to.strides[d] != run) break;
+    run *= region.dims[d].size();
   }
   c.run_bytes = run;
-  // Outer dimensions the region spans one index of need no loop.
-  for (int d = 0; d < inner; ++d) {
-    if (region.dims[d].size() == 1) continue;
+  for (int i = 0; i < count; ++i) {
+    const int d = dims[i];
     c.counts[c.loops] = region.dims[d].size();
-    c.from_strides[c.loops] = from_strides[d];
-    c.to_strides[c.loops] = to_strides[d];
+    c.from_strides[c.loops] = from.strides[d];
+    c.to_strides[c.loops] = to.strides[d];
     ++c.loops;
   }
   return c;
+}
+
+StridedCopy plan_strided_copy(const Box& region, const Box& from_box, const Box& to_box,
+                              int elem_size) {
+  return plan_strided_copy(region, row_major_view(from_box, elem_size),
+                           row_major_view(to_box, elem_size), elem_size);
 }
 
 void run_strided_copy(const StridedCopy& c, const std::byte* from, std::byte* to) {
@@ -110,22 +114,25 @@ void run_strided_copy(const StridedCopy& c, const std::byte* from, std::byte* to
   }
 }
 
+bool is_contiguous_in(const Box& region, const BufferView& view, int elem_size) {
+  // Against a packed copy of the region: one run when the view holds it contiguously.
+  return plan_strided_copy(region, view, row_major_view(region, elem_size), elem_size).loops == 0;
+}
+
 bool is_contiguous_in(const Box& region, const Box& box) {
-  // Contiguous when, below the outermost dimension the region spans more than one index of,
-  // it covers every dimension whole.
-  int d = 0;
-  while (d < region.rank() && region.dims[d].size() == 1) ++d;
-  for (++d; d < region.rank(); ++d)
-    if (region.dims[d].size() != box.dims[d].size()) return false;
-  return true;
+  // The element size does not change which regions are contiguous.
+  return is_contiguous_in(region, row_major_view(box, 1), 1);
+}
+
+int64_t offset_in(const Box& region, const BufferView& view) {
+  int64_t offset = 0;
+  for (int d = 0; d < region.rank(); ++d)
+    offset += (region.dims[d].lo - view.box.dims[d].lo) * view.strides[d];
+  return offset;
 }
 
 int64_t offset_in(const Box& region, const Box& box, int elem_size) {
-  const auto strides = row_major_strides(box, elem_size);
-  int64_t offset = 0;
-  for (int d = 0; d < region.rank(); ++d)
-    offset += (region.dims[d].lo - box.dims[d].lo) * strides[d];
-  return offset;
+  return offset_in(region, row_major_view(box, elem_size));
 }
 
 }  // namespace meshcast

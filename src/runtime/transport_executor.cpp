@@ -166,8 +166,11 @@ class TransportPlan final : public CompiledPlan {
   std::byte* resolve(const BufferRef& r) const;
   void add_copy(std::vector<LocalCopy>& list, const Box& region, const Place& from,
                 const Place& to);
-  void compile_op(const Op& op, const OpPlacement& placed, const Placement& placement, int index);
-  void compile_dependencies(const Plan& plan, const Placement& placement);
+  // What depends on the strides the tiles are bound with (which messages go in place, the copies,
+  // the scratch areas): compiled again when a run binds other strides (no communication).
+  void compile_ops();
+  void compile_op(const Op& op, const OpPlacement& placed, int index);
+  void compile_dependencies();
   void run_copies(const std::vector<LocalCopy>& copies) const;
   void start_op(int i);
   void post_p2p_allgather(int i, std::byte* message);
@@ -195,6 +198,16 @@ class TransportPlan final : public CompiledPlan {
   std::vector<int64_t> scratch_bytes_ = std::vector<int64_t>(kFirstReceiptScratch, 0);  // per area
   std::vector<int64_t> scratch_at_;     // where each area begins in memory_
   std::map<int, int> receipt_area_of_;  // peer rank -> its receipt scratch area
+  // This rank's ops of the plan in plan order, where their pieces are, and the ops of this rank
+  // each waits for by execution_dependencies (indices into rank_ops_).
+  struct PlacedOp {
+    Op op;
+    OpPlacement placed;
+    int index = 0;  // in the plan
+  };
+  std::vector<PlacedOp> rank_ops_;
+  std::vector<std::vector<int>> rank_waits_;
+  int64_t plan_ops_ = 0;
   std::vector<RankOp> ops_;
   // The dependency engine: built by compile, reset by every run, which then allocates nothing.
   std::vector<int> initial_deps_;  // per op: ops of this rank it waits for
@@ -426,7 +439,25 @@ TransportPlan::TransportPlan(const Plan& plan, TransportExecutor& executor, int 
   const Placement placement = place_plan(plan);
   for (const StagedBox& b : placement.staging[rank_]) staging_offsets_.push_back(b.offset);
   staging_bytes_ = placement.staging_bytes[rank_];
-  for (int k : placement.ops_of[rank_]) compile_op(plan.ops[k], placement.ops[k], placement, k);
+  plan_ops_ = static_cast<int64_t>(plan.ops.size());
+  const auto deps = execution_dependencies(plan, placement);
+  std::vector<int> local(plan.ops.size(), -1);
+  for (int k : placement.ops_of[rank_]) {
+    local[k] = static_cast<int>(rank_ops_.size());
+    rank_ops_.push_back({plan.ops[k], placement.ops[k], k});
+    auto& waits = rank_waits_.emplace_back();
+    for (int w : deps[k])
+      if (local[w] >= 0) waits.push_back(local[w]);
+  }
+  compile_ops();
+}
+
+void TransportPlan::compile_ops() {
+  ops_.clear();
+  scratch_bytes_.assign(kFirstReceiptScratch, 0);
+  scratch_bytes_total_ = 0;
+  receipt_area_of_.clear();
+  for (const PlacedOp& o : rank_ops_) compile_op(o.op, o.placed, o.index);
   constexpr int64_t kAlign = 64;
   int64_t end = (staging_bytes_ + kAlign - 1) / kAlign * kAlign;
   scratch_at_.assign(scratch_bytes_.size(), 0);
@@ -436,8 +467,9 @@ TransportPlan::TransportPlan(const Plan& plan, TransportExecutor& executor, int 
     end = scratch_at_[area] + scratch_bytes_[area];
   }
   for (int64_t bytes : scratch_bytes_) scratch_bytes_total_ += bytes;
+  if (memory_) transport_.release(memory_);
   memory_ = transport_.allocate(end);
-  compile_dependencies(plan, placement);
+  compile_dependencies();
 }
 
 // Op k of this rank waits for the ops of execution_dependencies (the plan's rule and staging
@@ -448,20 +480,18 @@ TransportPlan::TransportPlan(const Plan& plan, TransportExecutor& executor, int 
 // (ScratchArea). In ordered mode every op waits for this rank's previous op. Every wait points to
 // an earlier op, so the earliest unfinished op of the plan has started on all its ranks and
 // finishes: no deadlock.
-void TransportPlan::compile_dependencies(const Plan& plan, const Placement& placement) {
-  const auto deps = execution_dependencies(plan, placement);
+void TransportPlan::compile_dependencies() {
   const int ops = static_cast<int>(ops_.size());
-  std::vector<int> local(plan.ops.size(), -1);
-  for (int i = 0; i < ops; ++i) local[ops_[i].index] = i;
   std::vector<std::vector<int>> successors(ops);
   initial_deps_.assign(ops, 0);
+  chunk_begin_.clear();
+  successor_begin_.clear();
+  successors_.clear();
   int previous_collective = -1;
   std::vector<int> previous_receipt(scratch_bytes_.size(), -1);  // per receipt scratch area
   size_t requests = 0, chunks = 0;
   for (int i = 0; i < ops; ++i) {
-    std::vector<int> waits;
-    for (int k : deps[ops_[i].index])
-      if (local[k] >= 0) waits.push_back(local[k]);
+    std::vector<int> waits = rank_waits_[i];
     const RankOp& op = ops_[i];
     const auto follow = [&](bool applies, int& previous) {
       if (!applies) return;
@@ -499,8 +529,8 @@ void TransportPlan::compile_dependencies(const Plan& plan, const Placement& plac
     successors_.insert(successors_.end(), s.begin(), s.end());
     successor_begin_.push_back(static_cast<int>(successors_.size()));
   }
-  progress_.resize(ops);
-  chunk_received_.resize(chunks);
+  progress_.assign(ops, {});
+  chunk_received_.assign(chunks, 0);
   ready_.reserve(ops);
   completed_.reserve(requests);
   transport_.reserve(static_cast<int64_t>(requests));
@@ -542,14 +572,14 @@ void TransportPlan::add_copy(std::vector<LocalCopy>& list, const Box& region, co
                              const Place& to) {
   if (region.empty() || from == to) return;
   list.push_back(
-      {ref(from), ref(to), plan_strided_copy(region, from.box, to.box, elem_size_[from.tensor])});
+      {ref(from), ref(to),
+       plan_strided_copy(region, tiles_.view(from), tiles_.view(to), elem_size_[from.tensor])});
 }
 
-void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, const Placement& placement,
-                               int index) {
+void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, int index) {
   RankOp out;
   out.index = index;
-  out.tag = executor_.tag(slot_, index, static_cast<int64_t>(placement.ops.size()));
+  out.tag = executor_.tag(slot_, index, plan_ops_);
   out.bytes = op.bytes;
   const int n = static_cast<int>(op.receivers.size());
   const int pieces = static_cast<int>(op.pieces.size());
@@ -557,8 +587,7 @@ void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, const Pl
   const int me = static_cast<int>(std::find(op.receivers.begin(), op.receivers.end(), rank_) -
                                   op.receivers.begin());
   const auto dst_of = [&](const Piece& piece) {
-    return Place{rank_, BufferKind::dst, -1, placement.tiles[piece.tensor][rank_].dst,
-                 piece.tensor};
+    return Place{rank_, BufferKind::dst, -1, tiles_.tiles(rank_, piece.tensor).dst, piece.tensor};
   };
 
   if (op.kind == OpKind::copy) {
@@ -590,10 +619,12 @@ void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, const Pl
           const Place& held = at.part_sources[j];
           if (j == me)
             out.before.push_back({ref(held), scratch(kForwardScratch, offset, bytes),
-                                  plan_strided_copy(part, held.box, part, elem_size)});
+                                  plan_strided_copy(part, tiles_.view(held),
+                                                    row_major_view(part, elem_size), elem_size)});
           if (j != me || held != target)
             out.after.push_back({scratch(kForwardScratch, offset, bytes), ref(target),
-                                 plan_strided_copy(part, part, target.box, elem_size)});
+                                 plan_strided_copy(part, row_major_view(part, elem_size),
+                                                   tiles_.view(target), elem_size)});
         }
         offset += bytes;
       }
@@ -621,10 +652,12 @@ void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, const Pl
       return me == n ? *placed.pieces[p].source : placed.pieces[p].targets[me];
     };
     const Box& first = op.pieces[0].slice;
-    if (pieces == 1 && is_contiguous_in(first, holder(0).box)) {
+    const int first_elem = elem_size_[op.pieces[0].tensor];
+    // In place only where the piece is one byte range through the strides its tile is bound with.
+    if (pieces == 1 && is_contiguous_in(first, tiles_.view(holder(0)), first_elem)) {
       // One piece that lies contiguously where it is held: sent or received in place.
       out.message = ref(holder(0));
-      out.message.offset += offset_in(first, holder(0).box, elem_size_[op.pieces[0].tensor]);
+      out.message.offset += offset_in(first, tiles_.view(holder(0)));
     } else {
       // The pieces packed one after the other in the op's order (a bucket).
       int area = me == n ? kSendScratch : kForwardScratch;
@@ -641,11 +674,15 @@ void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, const Pl
         const Place& held = holder(p);
         const BufferRef packed = scratch(area, offset, piece.bytes);
         if (me == n)
-          out.before.push_back({ref(held), packed,
-                                plan_strided_copy(piece.slice, held.box, piece.slice, elem_size)});
+          out.before.push_back(
+              {ref(held), packed,
+               plan_strided_copy(piece.slice, tiles_.view(held),
+                                 row_major_view(piece.slice, elem_size), elem_size)});
         else
-          out.after.push_back({packed, ref(held),
-                               plan_strided_copy(piece.slice, piece.slice, held.box, elem_size)});
+          out.after.push_back(
+              {packed, ref(held),
+               plan_strided_copy(piece.slice, row_major_view(piece.slice, elem_size),
+                                 tiles_.view(held), elem_size)});
         offset += piece.bytes;
       }
     }
@@ -888,7 +925,7 @@ void TransportPlan::start(std::span<const DeviceBuffers> buffers) {
   done_.store(false);
   try {
     check_not_failed();
-    tiles_.bind(buffers);
+    if (tiles_.bind(buffers)) compile_ops();
     error_ = nullptr;
     ++runs_;
     started_ = Clock::now();
@@ -910,7 +947,7 @@ RunTiming TransportPlan::wait() {
 RunTiming TransportPlan::run(std::span<const DeviceBuffers> buffers) {
   if (running_) throw InvalidArgument("run() while a run is in flight: wait() first");
   check_not_failed();
-  tiles_.bind(buffers);
+  if (tiles_.bind(buffers)) compile_ops();
   executor_.set_busy(true);
   ++runs_;
   started_ = Clock::now();

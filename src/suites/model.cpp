@@ -4,6 +4,7 @@
 
 #include <array>
 #include <charconv>
+#include <map>
 #include <utility>
 
 #include "meshcast/error.h"
@@ -20,18 +21,23 @@ ModelParameter parameter(std::string name, std::vector<int64_t> shape, ParamClas
 void add_layer(const ModelConfig& c, int64_t layer, std::vector<ModelParameter>& out) {
   const std::string p = fmt::format("layers.{}.", layer);
   const int64_t head_dim = c.hidden / c.heads;
-  const auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamClass cls) {
+  // `fused`: the serving buffer the parameter is a part of (stacked on dim 0), "" for none.
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamClass cls,
+                       std::string_view fused = "") {
     out.push_back(parameter(p + name, std::move(shape), cls, layer));
+    if (!fused.empty()) out.back().fused = p + std::string(fused);
   };
   if (c.arch == ModelArch::llama) {
     add("attn_norm.weight", {c.hidden}, ParamClass::replicated);
-    add("attn.q.weight", {c.heads * head_dim, c.hidden}, ParamClass::column);
-    add("attn.k.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column);
-    add("attn.v.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column);
+    add("attn.q.weight", {c.heads * head_dim, c.hidden}, ParamClass::column, "attn.qkv_proj");
+    add("attn.k.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column,
+        "attn.qkv_proj");
+    add("attn.v.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column,
+        "attn.qkv_proj");
     add("attn.o.weight", {c.hidden, c.heads * head_dim}, ParamClass::row);
     add("mlp_norm.weight", {c.hidden}, ParamClass::replicated);
-    add("mlp.gate.weight", {c.ffn, c.hidden}, ParamClass::column);
-    add("mlp.up.weight", {c.ffn, c.hidden}, ParamClass::column);
+    add("mlp.gate.weight", {c.ffn, c.hidden}, ParamClass::column, "mlp.gate_up_proj");
+    add("mlp.up.weight", {c.ffn, c.hidden}, ParamClass::column, "mlp.gate_up_proj");
     add("mlp.down.weight", {c.hidden, c.ffn}, ParamClass::row);
     return;
   }
@@ -237,6 +243,8 @@ Batch model_batch(const ModelConfig& config, const ModelParallelism& train,
 
   Batch batch;
   batch.cluster = cluster;
+  // Per fused serving buffer: where its next part starts along the dim its parts stack on.
+  std::map<std::string, int64_t, std::less<>> fused_end;
   for (auto& p : model_parameters(config)) {
     const int rank = static_cast<int>(p.shape.size());
     const ShardingSpec spec = spec_of(p.param_class, rank);
@@ -245,6 +253,14 @@ Batch model_batch(const ModelConfig& config, const ModelParallelism& train,
     t.src = Layout{stage_mesh(train, stage_of(p, config.layers, train.pp), 0), spec};
     t.dst = Layout{stage_mesh(serve, stage_of(p, config.layers, serve.pp), serve_first), spec};
     t.name = std::move(p.name);
+    if (!p.fused.empty()) {
+      // Stacked after the parts before it, each taking its largest tile (torch.chunk's first).
+      int64_t& end = fused_end[p.fused];
+      BufferBinding binding{p.fused, std::vector<int64_t>(rank, 0)};
+      binding.offset[p.fused_dim] = end;
+      end += tile_at(t.tensor, t.dst, 0).dims[p.fused_dim].size();
+      t.dst_buffer = std::move(binding);
+    }
     batch.tensors.push_back(std::move(t));
   }
   return batch;

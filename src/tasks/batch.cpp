@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <unordered_map>
 
 #include "meshcast/error.h"
@@ -12,6 +13,85 @@ namespace meshcast {
 std::string tensor_label(const Batch& batch, size_t index) {
   return fmt::format("tensors[{}] '{}'", index, batch.tensors[index].name);
 }
+
+Box bound_region(const BufferBinding& binding, const Box& tile) {
+  Box region;
+  const size_t lead = binding.offset.size() - tile.dims.size();
+  for (size_t d = 0; d < binding.offset.size(); ++d) {
+    const int64_t lo = binding.offset[d];
+    region.dims.push_back({lo, lo + (d < lead ? 1 : tile.dims[static_cast<int>(d - lead)].size())});
+  }
+  return region;
+}
+
+namespace {
+
+const std::optional<BufferBinding>& binding_of(const TensorResharding& t, bool src) {
+  return src ? t.src_buffer : t.dst_buffer;
+}
+
+// Each binding on its own, then every buffer (per side and name): one dtype and rank, and no two
+// regions overlapping on a device.
+void validate_bindings(const Batch& batch) {
+  for (const bool src : {true, false}) {
+    const std::string_view side = src ? "src_buffer" : "dst_buffer";
+    std::map<std::string_view, std::vector<size_t>> members;
+    for (size_t i = 0; i < batch.tensors.size(); ++i) {
+      const TensorResharding& t = batch.tensors[i];
+      const auto& binding = binding_of(t, src);
+      if (!binding) continue;
+      const auto fail = [&](std::string_view what) {
+        throw InvalidArgument(fmt::format("{}: {}: {}", tensor_label(batch, i), side, what));
+      };
+      if (binding->name.empty()) fail("empty buffer name, expected the name of a buffer");
+      if (static_cast<int>(binding->offset.size()) < t.tensor.rank() ||
+          static_cast<int>(binding->offset.size()) > kMaxRank)
+        fail(
+            fmt::format("offset [{}] has {} entries: expected {} to {} (one per dimension of "
+                        "the buffer, the tensor's {} dimensions last)",
+                        fmt::join(binding->offset, ","), binding->offset.size(), t.tensor.rank(),
+                        kMaxRank, t.tensor.rank()));
+      for (int64_t v : binding->offset)
+        if (v < 0)
+          fail(fmt::format("offset [{}]: expected non-negative indices",
+                           fmt::join(binding->offset, ",")));
+      members[binding->name].push_back(i);
+    }
+    for (const auto& [name, tensors] : members) {
+      const TensorResharding& first = batch.tensors[tensors.front()];
+      std::map<DeviceId, std::vector<std::pair<Box, size_t>>> regions;
+      for (size_t i : tensors) {
+        const TensorResharding& t = batch.tensors[i];
+        const auto fail = [&](std::string_view what) {
+          throw InvalidArgument(
+              fmt::format("{}: {} '{}': {}", tensor_label(batch, i), side, name, what));
+        };
+        if (t.tensor.dtype != first.tensor.dtype ||
+            binding_of(t, src)->offset.size() != binding_of(first, src)->offset.size())
+          fail(
+              fmt::format("{} with a {}-entry offset, but {} binds it as {} with a {}-entry "
+                          "offset: expected one dtype and rank per buffer",
+                          to_string(t.tensor.dtype), binding_of(t, src)->offset.size(),
+                          tensor_label(batch, tensors.front()), to_string(first.tensor.dtype),
+                          binding_of(first, src)->offset.size()));
+        const Layout& layout = src ? t.src : t.dst;
+        for (int64_t k = 0; k < layout.mesh.size(); ++k) {
+          const Box tile = tile_at(t.tensor, layout, k);
+          if (tile.empty()) continue;
+          const Box region = bound_region(*binding_of(t, src), tile);
+          const DeviceId d = layout.mesh.device_at(k);
+          for (const auto& [other, j] : regions[d])
+            if (!intersect(region, other).empty())
+              fail(fmt::format("on device {} its region {} overlaps {} of {}", d, to_string(region),
+                               to_string(other), tensor_label(batch, j)));
+          regions[d].emplace_back(region, i);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
 
 void Batch::validate() const {
   try {
@@ -35,6 +115,7 @@ void Batch::validate() const {
       throw InvalidArgument(fmt::format("{}: {}", tensor_label(*this, i), e.what()));
     }
   }
+  validate_bindings(*this);
 }
 
 int64_t Batch::bytes() const {

@@ -79,7 +79,13 @@ void print_text(const RunOptions& o, const Report& r) {
       "(measured / predicted {:.3f})\n",
       human_seconds(r.predicted_s), bytes_to_gbps(r.predicted_on.nic_bandwidth),
       bytes_to_gbps(r.predicted_on.device_bandwidth), r.m.median_s / r.predicted_s);
-  if (o.measure.verify)
+  if (o.measure.verify && r.m.outside_checked > 0)
+    fmt::print(
+        "verify: {} destination elements checked, {} wrong; {} bytes of bound buffers outside "
+        "the tiles checked, {} changed{}\n",
+        r.m.checked, r.m.errors, r.m.outside_checked, r.m.outside_errors,
+        r.m.verified ? "" : ": FAILED");
+  else if (o.measure.verify)
     fmt::print("verify: {} destination elements checked, {} wrong{}\n", r.m.checked, r.m.errors,
                r.m.verified ? "" : ": FAILED");
   else
@@ -107,6 +113,8 @@ nlohmann::json to_json(const RunOptions& o, const Report& r) {
                       {"verified", r.m.verified},
                       {"errors", o.measure.verify ? nlohmann::json(r.m.errors) : nullptr},
                       {"checked", r.m.checked}};
+  j["outside_errors"] = o.measure.verify ? nlohmann::json(r.m.outside_errors) : nullptr;
+  j["outside_checked"] = r.m.outside_checked;
   if (o.backend == "local") j["threads"] = local_threads(o);
   if (o.backend == "mpi") j["broadcast"] = o.mpi_bcast ? "mpi_bcast" : "chain";
   return j;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "meshcast/runtime/executor.h"
@@ -44,6 +45,10 @@ std::vector<DeviceBuffers> buffer_views(std::vector<TileBuffers>& buffers);
 // hash of g, so a misplaced, missing or stale element is caught whatever the dtype.
 void fill_pattern(const Box& box, const std::vector<int64_t>& shape, int elem_size,
                   std::span<std::byte> buffer);
+// The poison: every byte of element g is the complement of the pattern's, so an element that
+// is never written differs from the pattern whatever its value and dtype.
+void fill_poison(const Box& box, const std::vector<int64_t>& shape, int elem_size,
+                 std::span<std::byte> buffer);
 // Elements of `box` in `buffer` that differ from the pattern.
 int64_t count_pattern_errors(const Box& box, const std::vector<int64_t>& shape, int elem_size,
                              std::span<const std::byte> buffer);
@@ -55,5 +60,43 @@ void prepare_tiles(const Resharding& problem, std::vector<TileBuffers>& buffers)
 int64_t count_destination_errors(const Batch& batch, const std::vector<TileBuffers>& buffers);
 int64_t count_destination_errors(const Resharding& problem,
                                  const std::vector<TileBuffers>& buffers);
+
+// The memory of some devices for a batch as its owners hold it: each tile in its own row-major
+// buffer, or, where the batch binds it (src_buffer / dst_buffer, docs/json.md#batch-file), as a
+// region of a per-device buffer shared with the other tiles bound there, which is just large
+// enough for them. `views` are what an executor is given (bound tiles with strides).
+struct DeviceMemory {
+  struct Buffer {
+    DeviceId device = 0;
+    bool src = true;   // a source-side buffer (else destination-side)
+    std::string name;  // the binding's buffer; empty: one tile's own buffer
+    int elem_size = 1;
+    std::vector<int64_t> shape;
+    std::vector<std::byte> bytes;
+    std::vector<std::pair<int, Box>> regions;  // (tensor, its region of the buffer)
+  };
+  std::vector<Buffer> buffers;
+  std::vector<DeviceBuffers> views;  // one per (device, tensor) whose meshes hold the device
+
+  DeviceMemory() = default;
+  DeviceMemory(DeviceMemory&&) = default;  // views point into buffers: moved, never copied
+  DeviceMemory& operator=(DeviceMemory&&) = default;
+};
+DeviceMemory allocate_device_memory(const Batch& batch, const std::vector<DeviceId>& devices);
+
+// Every byte of every buffer set to a sentinel, then the source tiles filled with the pattern and
+// the destination tiles with the poison.
+void prepare_memory(const Batch& batch, DeviceMemory& memory);
+
+struct MemoryCheck {
+  int64_t elements = 0;        // destination elements checked
+  int64_t errors = 0;          // of them, those that differ from the pattern
+  int64_t outside_bytes = 0;   // bytes of the buffers outside every tile's region
+  int64_t outside_errors = 0;  // of them, those no longer the sentinel (a run touched them)
+};
+// After a run of a memory prepared by prepare_memory: every destination element against the
+// pattern, and every byte outside the bound regions (of source and destination buffers) against
+// the sentinel.
+MemoryCheck check_memory(const Batch& batch, const DeviceMemory& memory);
 
 }  // namespace meshcast

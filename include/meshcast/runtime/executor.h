@@ -14,14 +14,23 @@
 namespace meshcast {
 
 // The buffers of one device for one tensor of the plan's batch (index into plan.batch.tensors; 0
-// for a single tensor): its source tile (read) and destination tile (written), each row-major
-// over the tile's box. A device outside a tensor's mesh has an empty tile and an empty span, and
-// may be left out.
+// for a single tensor): its source tile (read) and destination tile (written). A device outside a
+// tensor's mesh has an empty tile and an empty span, and may be left out.
+//
+// A tile is row-major and contiguous over its box unless strides are given: then element i of
+// the tile (0-based in its box) sits at sum(i[d] * strides[d]) elements from the span's start,
+// and the span runs from the tile's first element to its last. So a tile may be a region of a
+// larger buffer (q inside a serving engine's fused qkv_proj) or any strided view; the executors
+// read and write through the strides and touch nothing else of that buffer (docs/executors.md).
+// Strides are non-negative; a destination's must not make two elements share memory.
 struct DeviceBuffers {
   DeviceId device = 0;
   std::span<const std::byte> src = {};
   std::span<std::byte> dst = {};
   int tensor = 0;
+  // Element strides, one per dimension of the tensor; empty: row-major and contiguous.
+  std::vector<int64_t> src_strides = {};
+  std::vector<int64_t> dst_strides = {};
 };
 
 struct RunTiming {
@@ -47,8 +56,11 @@ class CompiledPlan {
   virtual int64_t staging_bytes() const = 0;
 
   // Starts playing the plan and returns. Throws InvalidArgument, before any byte moves, when the
-  // buffers of a (device, tensor) with a non-empty tile are missing, given twice, or of a size
-  // that differs from the tile's bytes; the message names the device and the tensor.
+  // buffers of a (device, tensor) with a non-empty tile are missing, given twice, of a size that
+  // differs from the tile's bytes (with strides: from its first to its last element), or have
+  // bad strides; the message names the device and the tensor. A run whose buffers have other
+  // strides than the previous run's first redoes, in this process, the copies that depend on
+  // them (no communication); a run with the same strides allocates nothing.
   // The buffers must stay alive and untouched until wait() returns.
   virtual void start(std::span<const DeviceBuffers> buffers) = 0;
   // Blocks until this process's part of the run started last is done.

@@ -69,6 +69,12 @@ struct ModelParameter {
   std::vector<int64_t> shape;
   ParamClass param_class = ParamClass::replicated;
   int64_t layer = -1;  // transformer layer; -1 for embeddings, the final norm and the head
+  // Serving engines hold some parameters fused (docs/models.md): this one is a part of the
+  // per-device buffer `fused` ("" for its own buffer), its serving tile stacked after the parts
+  // before it (in parameter order) along dim `fused_dim`; model_batch binds it there
+  // (dst_buffer). Llama: q, k, v in attn.qkv_proj and gate, up in mlp.gate_up_proj.
+  std::string fused = {};
+  int fused_dim = 0;
 };
 
 // Every parameter of the model in order: embeddings, layer 0..L-1, final norm, head.
@@ -79,7 +85,8 @@ std::vector<ModelParameter> model_parameters(const ModelConfig& config);
 // norm and the head on the last.
 int64_t stage_of(const ModelParameter& parameter, int64_t layers, int64_t pp);
 
-// The weight sync of `config` from `train` to `serve` as a batch. Devices: the trainer on the
+// The weight sync of `config` from `train` to `serve` as a batch, each fused parameter's
+// destination bound into its serving buffer (ModelParameter::fused). Devices: the trainer on the
 // first hosts, stage by stage (within a stage, replica by replica, tp fastest), the server on the
 // hosts after the trainer's, in the same order. Each stage is a (replicas, tp) mesh. `cluster`
 // gives devices per host, links and NICs; its host count is replaced by the hosts both sides

@@ -101,8 +101,13 @@ struct BufferRef {
   std::byte* staging = nullptr;
 };
 
+// A copy of `region` between two places; `copy` is planned for the strides the places are bound
+// with (BufferTable::view).
 struct Step {
   int op = 0;
+  Box region;
+  Place from_place;
+  Place to_place;
   BufferRef from;
   BufferRef to;
   StridedCopy copy;
@@ -117,6 +122,7 @@ class LocalPlan final : public CompiledPlan {
     devices_here_ = tiles_.devices();
     allocate_staging(placement, options);
     build_steps(plan, placement, options);
+    plan_copies();
     build_dependencies(execution_dependencies(plan, placement));
     pool_.reserve(static_cast<int64_t>(steps_.size()));
   }
@@ -134,7 +140,7 @@ class LocalPlan final : public CompiledPlan {
       throw InvalidArgument("start() while the previous run is in flight: wait() first");
     done_.store(false);
     try {
-      tiles_.bind(buffers);
+      if (tiles_.bind(buffers)) plan_copies();
     } catch (...) {
       running_ = false;
       throw;
@@ -217,9 +223,15 @@ class LocalPlan final : public CompiledPlan {
         const Interval part = chunk_part(region.dims[dim].size(), pieces, i);
         piece.dims[dim] = {region.dims[dim].lo + part.lo, region.dims[dim].lo + part.hi};
       }
-      steps_.push_back(
-          {op, ref(from), ref(to), plan_strided_copy(piece, from.box, to.box, elem_size)});
+      steps_.push_back({op, piece, from, to, ref(from), ref(to), {}});
     }
+  }
+
+  // Plans every step's copy for the strides its buffers are bound with.
+  void plan_copies() {
+    for (Step& step : steps_)
+      step.copy = plan_strided_copy(step.region, tiles_.view(step.from_place),
+                                    tiles_.view(step.to_place), elem_size_[step.from_place.tensor]);
   }
 
   void build_steps(const Plan& plan, const Placement& placement, const LocalOptions& options) {
