@@ -117,3 +117,17 @@ def test_moe_bad_values_named(change, message):
         mc.model_batch(**args)
     with pytest.raises(TypeError, match="unexpected keyword argument 'expert'"):
         mc.model_batch(**MOE, expert=4, cluster=mc.Cluster(hosts=1, devices_per_host=4))
+
+
+def test_float8_torch_tensors_are_their_bytes():
+    torch = pytest.importorskip("torch")
+    src, dst = mc.Layout(mc.Mesh([2], [0, 1]), "S0R"), mc.Layout(mc.Mesh([2], [2, 3]), "RR")
+    plan = mc.plan(shape=(6, 4), dtype="float8_e5m2", src=src, dst=dst,
+                   cluster=mc.Cluster(hosts=2, devices_per_host=2))
+    whole = (torch.arange(24) * 5 % 256).to(torch.uint8).reshape(6, 4)
+    out = mc.Resharder(plan).run(mc.shard(whole, src))
+    # Allocated as torch's float8 where torch has it (2.1 and later), else as uint8 bytes.
+    want = getattr(torch, "float8_e5m2", torch.uint8)
+    for d in (2, 3):
+        assert out[d].dtype == want
+        assert torch.equal(out[d].view(torch.uint8), whole), f"device {d}"
