@@ -125,7 +125,7 @@ def test_float8_torch_tensors_are_their_bytes():
     plan = mc.plan(shape=(6, 4), dtype="float8_e5m2", src=src, dst=dst,
                    cluster=mc.Cluster(hosts=2, devices_per_host=2))
     whole = (torch.arange(24) * 5 % 256).to(torch.uint8).reshape(6, 4)
-    out = mc.Resharder(plan).run(mc.shard(whole, src))
+    out = mc.Resharder(plan, array="torch").run(mc.shard(whole, src))
     # Allocated as torch's float8 where torch has it (2.1 and later), else as uint8 bytes.
     want = getattr(torch, "float8_e5m2", torch.uint8)
     for d in (2, 3):
