@@ -149,24 +149,16 @@ py::tuple layout_parts(const Layout& layout) {
 }
 
 // mc.model_batch: model_batch's tensors as (name, shape, dtype, src parts, dst parts) and the
-// host count of the cluster both sides need.
-py::tuple model_batch_parts(const std::string& arch, int64_t hidden, int64_t layers, int64_t heads,
-                            int64_t kv_heads, int64_t ffn, int64_t vocab, int64_t positions,
+// host count of the cluster both sides need. `dimensions`: (key, value) of make_model_config.
+py::tuple model_batch_parts(const std::string& arch, const std::string& preset,
+                            const std::vector<std::pair<std::string, int64_t>>& dimensions,
                             const std::string& dtype, const std::string& train,
                             const std::string& serve, const py::handle& cluster) {
-  ModelConfig config{.arch = parse_model_arch(arch),
-                     .hidden = hidden,
-                     .layers = layers,
-                     .heads = heads,
-                     .kv_heads = kv_heads,
-                     .ffn = ffn,
-                     .vocab = vocab,
-                     .positions = positions,
-                     .dtype = parse_dtype(dtype)};
-  config.validate();
+  ModelConfig config = make_model_config(arch, preset, dimensions);
+  config.dtype = parse_dtype(dtype);
   const Batch batch =
-      model_batch(config, parse_model_parallelism(train, "dp", "train"),
-                  parse_model_parallelism(serve, "replicas", "serve"), to_cluster(cluster));
+      model_batch(config, parse_model_parallelism(train, ModelSide::train, "train"),
+                  parse_model_parallelism(serve, ModelSide::serve, "serve"), to_cluster(cluster));
   py::list tensors;
   for (const TensorResharding& t : batch.tensors)
     tensors.append(py::make_tuple(t.name, t.tensor.shape, std::string(to_string(t.tensor.dtype)),
@@ -349,6 +341,13 @@ ArrayView view_of(const py::handle& value, const Slot& slot, bool device_memory)
   return v;
 }
 
+// Whether an array of `array_dtype` holds elements of `dtype`: the same name, or uint8 bytes for a
+// float8 dtype (numpy has no float8, nor has torch before 2.1).
+bool holds_dtype(std::string_view array_dtype, DType dtype) {
+  const bool float8 = dtype == DType::float8_e4m3fn || dtype == DType::float8_e5m2;
+  return array_dtype == to_string(dtype) || (float8 && array_dtype == "uint8");
+}
+
 // An array's memory as an executor takes it: contiguous (no strides), or a strided view whose
 // bytes run from its first element to its last (docs/executors.md#bound-tiles).
 struct TileMemory {
@@ -366,7 +365,7 @@ TileMemory tile_memory(const py::handle& value, const Box& box, const TensorSpec
     throw py::value_error(fmt::format("{}: shape ({}), expected ({}) (the tile {})",
                                       to_string(slot), fmt::join(v.shape, ", "),
                                       fmt::join(want_shape, ", "), to_string(box)));
-  if (v.dtype != to_string(tensor.dtype))
+  if (!holds_dtype(v.dtype, tensor.dtype))
     throw py::value_error(fmt::format("{}: dtype {}, expected {}", to_string(slot), v.dtype,
                                       to_string(tensor.dtype)));
   if (written && !v.writable)
@@ -734,10 +733,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &plan, py::arg("tensors"), py::arg("batched"), py::arg("cluster"),
         py::arg("strategy"), py::arg("balance"), py::arg("split"), py::arg("chunk_bytes"),
         py::arg("search_effort"), py::arg("bucket_bytes"));
-  m.def("model_batch", &model_batch_parts, py::arg("arch"), py::arg("hidden"), py::arg("layers"),
-        py::arg("heads"), py::arg("kv_heads"), py::arg("ffn"), py::arg("vocab"),
-        py::arg("positions"), py::arg("dtype"), py::arg("train"), py::arg("serve"),
+  m.def("model_batch", &model_batch_parts, py::arg("arch"), py::arg("preset"),
+        py::arg("dimensions"), py::arg("dtype"), py::arg("train"), py::arg("serve"),
         py::arg("cluster"));
+  m.def("model_dimension_keys", [] {
+    std::vector<std::string> keys;
+    for (std::string_view k : model_dimension_keys()) keys.emplace_back(k);
+    return keys;
+  });
 
   py::class_<LinkStats>(m, "Link")
       .def_readonly("name", &LinkStats::name)

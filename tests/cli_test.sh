@@ -191,9 +191,21 @@ LLAMA=(--arch llama --hidden 64 --layers 4 --ffn 96 --vocab 100)
 check model-llama 0 "llama model: 39 tensors" -- "$MESHCAST" model "${LLAMA[@]}" --heads 8 --kv-heads 2 --train tp=4,pp=2 --serve tp=2,replicas=4 -o "$TMP/llama.json"
 check model-llama-file 0 '"name":"layers.3.mlp.down.weight","shape":\[64,96\],"src":\{"devices":\[4,5,6,7\],"mesh":\[1,4\],"spec":"RS1"\}' -- cat "$TMP/llama.json"
 check model-gpt-stdout 0 '"name":"layers.0.attn.qkv.bias"' -- "$MESHCAST" model --arch gpt --hidden 64 --layers 2 --heads 8 --ffn 256 --vocab 100 --positions 32 --train tp=2,dp=2 --serve tp=4
-check model-bad-arch 2 "bad architecture 'bert': expected llama or gpt" -- "$MESHCAST" model --arch bert
+check model-bad-arch 2 "bad architecture 'bert': expected llama, gpt or moe" -- "$MESHCAST" model --arch bert
 check model-bad-train 2 "bad entry 'tp=0' in --train" -- "$MESHCAST" model --train tp=0 -o "$TMP/bad.json"
-check model-bad-serve-key 2 "bad entry 'dp=2' in --serve 'tp=2,dp=2': expected tp=N, pp=N or replicas=N" -- "$MESHCAST" model --serve tp=2,dp=2 -o "$TMP/bad.json"
+check model-bad-serve-key 2 "bad entry 'dp=2' in --serve 'tp=2,dp=2': expected tp=N, pp=N, replicas=N or ep=N" -- "$MESHCAST" model --serve tp=2,dp=2 -o "$TMP/bad.json"
+# moe: a shrunk DeepSeek-V3 (its preset with small dimensions) on the H20 preset, EP on both sides.
+MOE=(--preset deepseek-v3 --hidden 64 --layers 3 --heads 4 --q-lora-rank 16 --kv-lora-rank 8 --qk-nope-dim 4 --qk-rope-dim 4 --v-head-dim 4 --experts 16 --moe-ffn 8 --ffn 32 --vocab 100 --dense-layers 1 --dtype float8_e4m3fn)
+check model-moe 0 "deepseek-v3 model: 49 tensors" -- "$MESHCAST" model "${MOE[@]}" --train tp=2,pp=3,dp=4,ep=8 --serve tp=4,ep=4,replicas=2 --cluster "$CONFIGS/clusters/h20.json" -o "$TMP/moe.json"
+check model-moe-experts 0 '"name":"model.layers.2.mlp.experts.down_proj.weight","shape":\[16,64,8\],"src":\{"devices":\[16,17,18,19,20,21,22,23\],"mesh":\[1,8,1\],"spec":"S1RS2"\}' -- cat "$TMP/moe.json"
+check model-moe-cluster 0 '"cluster":\{"dev_gbps":3600.0,"devices_per_host":8,"hosts":4,"latency_us":5.0,"nic_gbps":400.0,"nics_per_host":8\}' -- cat "$TMP/moe.json"
+check model-moe-run 0 "verify: [0-9]+ destination elements checked, 0 wrong" -- "$MESHCAST" run --batch "$TMP/moe.json" --verify
+check model-moe-ep-divides 2 "bad --train ep=3: expected a divisor of the model's 256 experts" -- "$MESHCAST" model --preset deepseek-v3 --train tp=3,ep=3 -o "$TMP/bad.json"
+check model-moe-serve-ep 2 "bad --serve 'tp=4,ep=8': ep=8 expected to divide tp=4" -- "$MESHCAST" model --preset kimi-k2 --serve tp=4,ep=8 -o "$TMP/bad.json"
+check model-moe-ep-dense 2 "bad --train ep=2,etp=1: expected 1 for a dense llama model" -- "$MESHCAST" model --train tp=2,ep=2 -o "$TMP/bad.json"
+check model-bad-preset 2 "bad preset 'gpt-5': expected deepseek-v3, kimi-k2 or qwen3-235b-a22b" -- "$MESHCAST" model --preset gpt-5 -o "$TMP/bad.json"
+check model-preset-arch 2 "bad arch 'gpt' with preset 'kimi-k2': expected moe" -- "$MESHCAST" model --arch gpt --preset kimi-k2 -o "$TMP/bad.json"
+check model-cluster-excludes 2 "--nic-gbps conflicts with --cluster" -- "$MESHCAST" model --cluster "$CONFIGS/clusters/h100.json" --nic-gbps 100 -o "$TMP/bad.json"
 check model-too-many-stages 2 "bad --train pp=8: expected at most the model's 4 layers" -- "$MESHCAST" model "${LLAMA[@]}" --heads 8 --train pp=8 -o "$TMP/bad.json"
 check model-bad-heads 2 "bad heads 7: expected a divisor of hidden 64" -- "$MESHCAST" model "${LLAMA[@]}" --heads 7 -o "$TMP/bad.json"
 check model-nothing-written 1 "" -- test -e "$TMP/bad.json"

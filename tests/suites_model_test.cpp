@@ -6,6 +6,7 @@
 #include <set>
 
 #include "meshcast/error.h"
+#include "meshcast/layout/layout.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/suites/model.h"
 #include "meshcast/tasks/paper_cases.h"
@@ -34,6 +35,37 @@ ModelConfig small_gpt() {
           .positions = 12};
 }
 
+// DeepSeek-V3's architecture shrunk: MLA with q and kv compression, one dense layer then two MoE
+// layers of 8 routed experts, a shared expert and a router with its bias.
+ModelConfig small_moe() {
+  return {.arch = ModelArch::moe,
+          .hidden = 16,
+          .layers = 3,
+          .heads = 4,
+          .ffn = 24,
+          .vocab = 50,
+          .dtype = DType::float8_e4m3fn,
+          .q_lora_rank = 8,
+          .kv_lora_rank = 6,
+          .qk_nope_dim = 4,
+          .qk_rope_dim = 2,
+          .v_head_dim = 4,
+          .dense_layers = 1,
+          .experts = 8,
+          .shared_experts = 1,
+          .moe_ffn = 6,
+          .router_bias = true};
+}
+
+// The [lo, hi) of every dimension of the tile the device at mesh position `index` holds.
+std::vector<std::pair<int64_t, int64_t>> tile(const TensorResharding& t, bool src, int64_t index) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const Interval& i : tile_at(t.tensor, src ? t.src : t.dst, index).dims)
+    out.emplace_back(i.lo, i.hi);
+  return out;
+}
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
 std::map<std::string, TensorResharding> by_name(const Batch& batch) {
   std::map<std::string, TensorResharding> out;
   for (const auto& t : batch.tensors) EXPECT_TRUE(out.emplace(t.name, t).second) << t.name;
@@ -44,6 +76,15 @@ std::vector<DeviceId> range(DeviceId first, DeviceId count) {
   std::vector<DeviceId> out(count);
   for (DeviceId i = 0; i < count; ++i) out[i] = first + i;
   return out;
+}
+
+void expect_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one naming " << part;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
 }
 
 TEST(ModelTest, LlamaLayoutOfEveryParameterClass) {
@@ -119,12 +160,141 @@ TEST(ModelTest, GptHasFusedQkvBiasesAndLearnedPositions) {
   EXPECT_EQ(t.at("head.weight").dst.mesh, Mesh({1, 4}, range(12, 4)));
 }
 
+TEST(ModelTest, MoeLayoutOfEveryParameterClass) {
+  // Trainer: one stage of tp=2 x dp=2 with ep=4 (experts over all four devices, etp 1). Server:
+  // two replicas of tp=4, experts over ep=2 with etp = 4 / 2 = 2.
+  const Batch b = model_batch(small_moe(), {.tp = 2, .replicas = 2, .ep = 4},
+                              {.tp = 4, .replicas = 2, .ep = 2, .etp = 2}, paper_cluster(1));
+  EXPECT_EQ(b.cluster.hosts, 3);
+  // embed, 12 in the dense layer, 17 in each MoE layer, norm, head.
+  EXPECT_EQ(b.tensors.size(), 1 + 12 + 2 * 17 + 2u);
+  const auto t = by_name(b);
+  const Mesh trainer({2, 2}, range(0, 4));
+  const Mesh server({2, 4}, range(4, 8));
+  const Mesh trainer_experts({1, 4, 1}, range(0, 4));
+  const Mesh server_experts({2, 2, 2}, range(4, 8));
+  struct Expected {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::string spec;
+    bool experts = false;
+  };
+  const std::string l0 = "model.layers.0.";
+  const std::string l2 = "model.layers.2.";
+  const std::vector<Expected> expected = {
+      {"model.embed_tokens.weight", {50, 16}, "S1R"},
+      {l0 + "input_layernorm.weight", {16}, "R"},
+      {l0 + "self_attn.q_a_proj.weight", {8, 16}, "RR"},
+      {l0 + "self_attn.q_a_layernorm.weight", {8}, "R"},
+      {l0 + "self_attn.q_b_proj.weight", {4 * 6, 8}, "S1R"},
+      {l0 + "self_attn.kv_a_proj_with_mqa.weight", {6 + 2, 16}, "RR"},
+      {l0 + "self_attn.kv_a_layernorm.weight", {6}, "R"},
+      {l0 + "self_attn.kv_b_proj.weight", {4 * 8, 6}, "S1R"},
+      {l0 + "self_attn.o_proj.weight", {16, 16}, "RS1"},
+      {l0 + "post_attention_layernorm.weight", {16}, "R"},
+      {l0 + "mlp.gate_proj.weight", {24, 16}, "S1R"},
+      {l0 + "mlp.up_proj.weight", {24, 16}, "S1R"},
+      {l0 + "mlp.down_proj.weight", {16, 24}, "RS1"},
+      {l2 + "mlp.gate.weight", {8, 16}, "RR"},
+      {l2 + "mlp.gate.e_score_correction_bias", {8}, "R"},
+      {l2 + "mlp.experts.gate_proj.weight", {8, 6, 16}, "S1S2R", true},
+      {l2 + "mlp.experts.up_proj.weight", {8, 6, 16}, "S1S2R", true},
+      {l2 + "mlp.experts.down_proj.weight", {8, 16, 6}, "S1RS2", true},
+      {l2 + "mlp.shared_experts.gate_proj.weight", {6, 16}, "S1R"},
+      {l2 + "mlp.shared_experts.down_proj.weight", {16, 6}, "RS1"},
+      {"model.norm.weight", {16}, "R"},
+      {"lm_head.weight", {50, 16}, "S1R"},
+  };
+  for (const auto& e : expected) {
+    SCOPED_TRACE(e.name);
+    ASSERT_TRUE(t.contains(e.name));
+    const auto& r = t.at(e.name);
+    EXPECT_EQ(r.tensor, (TensorSpec{e.shape, DType::float8_e4m3fn}));
+    EXPECT_EQ(r.src.spec.to_string(), e.spec);
+    EXPECT_EQ(r.dst.spec.to_string(), e.spec);
+    EXPECT_EQ(r.src.mesh, e.experts ? trainer_experts : trainer);
+    EXPECT_EQ(r.dst.mesh, e.experts ? server_experts : server);
+  }
+  EXPECT_FALSE(t.contains(l0 + "mlp.gate.weight"));  // the dense layer has no router
+  // Expert 5 of layer 2 (rows 5 of the stacked tensor): on trainer device 2 (ep rank 2 of 4
+  // holds experts 4-5), on the server with ep rank 1 (experts 4-7), its rows split over etp 2.
+  const auto& gate = t.at(l2 + "mlp.experts.gate_proj.weight");
+  EXPECT_EQ(tile(gate, true, 2), (Ranges{{4, 6}, {0, 6}, {0, 16}}));
+  EXPECT_EQ(tile(gate, false, 2), (Ranges{{4, 8}, {0, 3}, {0, 16}}));  // device 6
+  EXPECT_EQ(tile(gate, false, 7), (Ranges{{4, 8}, {3, 6}, {0, 16}}));  // device 11
+}
+
+TEST(ModelTest, MoeWithGroupedQueryAttentionSharesKvHeadsOverTp) {
+  // Qwen3-MoE's architecture shrunk: 4 query heads of 8 over 2 kv heads, q/k norms, no shared
+  // experts, no dense layer, no router bias. tp=4 > 2 kv heads: each kv head on 2 tp ranks.
+  ModelConfig c = model_preset("qwen3-235b-a22b");
+  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{{"hidden", 16},
+                                                                               {"layers", 2},
+                                                                               {"heads", 4},
+                                                                               {"kv-heads", 2},
+                                                                               {"head-dim", 8},
+                                                                               {"experts", 4},
+                                                                               {"moe-ffn", 6},
+                                                                               {"vocab", 40}})
+    set_model_dimension(c, key, value);
+  const Batch b =
+      model_batch(c, {.tp = 2, .pp = 2}, {.tp = 4, .ep = 4, .etp = 1}, paper_cluster(1));
+  EXPECT_EQ(b.tensors.size(), 1 + 2 * 12 + 2u);
+  const auto t = by_name(b);
+  const std::string l1 = "model.layers.1.";
+  EXPECT_EQ(t.at(l1 + "self_attn.q_proj.weight").tensor.shape, (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(t.at(l1 + "self_attn.o_proj.weight").tensor.shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(t.at(l1 + "self_attn.q_norm.weight").tensor.shape, (std::vector<int64_t>{8}));
+  const auto& k = t.at(l1 + "self_attn.k_proj.weight");
+  EXPECT_EQ(k.tensor.shape, (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(k.src.mesh, Mesh({1, 2}, {2, 3}));              // stage 1, tp=2: one head per rank
+  EXPECT_EQ(k.dst.mesh, Mesh({1, 2, 2}, range(4, 4)));      // (replicas, kv heads, tp / kv)
+  EXPECT_EQ(tile(k, false, 1), (Ranges{{0, 8}, {0, 16}}));  // ranks 0 and 1: head 0
+  EXPECT_EQ(tile(k, false, 2), (Ranges{{8, 16}, {0, 16}}));
+  EXPECT_FALSE(t.contains(l1 + "mlp.gate.e_score_correction_bias"));
+  EXPECT_FALSE(t.contains(l1 + "mlp.shared_experts.gate_proj.weight"));
+  EXPECT_EQ(t.at(l1 + "mlp.experts.down_proj.weight").dst.mesh, Mesh({1, 4, 1}, range(4, 4)));
+  b.validate();
+}
+
+TEST(ModelTest, PresetsHaveThePublishedParameterCounts) {
+  // Total parameters as their model cards state them (docs/models.md), without DeepSeek-V3's
+  // multi-token-prediction module: 671B, 1T (1.0-1.04T), 235B.
+  const auto parameters = [](const ModelConfig& c) {
+    int64_t n = 0;
+    for (const auto& p : model_parameters(c)) n += TensorSpec{p.shape, c.dtype}.elements();
+    return static_cast<double>(n);
+  };
+  EXPECT_NEAR(parameters(model_preset("deepseek-v3")) / 1e9, 671, 0.5);
+  EXPECT_NEAR(parameters(model_preset("kimi-k2")) / 1e9, 1020, 20);
+  EXPECT_NEAR(parameters(model_preset("qwen3-235b-a22b")) / 1e9, 235, 0.5);
+  expect_error([] { model_preset("deepseek-v2"); }, "'deepseek-v2'");
+}
+
+TEST(ModelTest, ExpertParallelismIsChecked) {
+  const auto moe = small_moe();
+  // ep=3 does not divide 8 experts; ep x etp = 8 does not divide a stage's 4 devices.
+  expect_error([&] { model_batch(moe, {.tp = 3, .ep = 3}, {}, paper_cluster(1)); },
+               "ep=3: expected a divisor of the model's 8 experts");
+  expect_error([&] { model_batch(moe, {.tp = 4, .ep = 4, .etp = 2}, {}, paper_cluster(1)); },
+               "ep x etp = 8 to divide a stage's tp x replicas = 4");
+  expect_error([] { model_batch(small_llama(), {.tp = 2, .ep = 2}, {}, paper_cluster(1)); },
+               "ep=2,etp=1: expected 1 for a dense llama model");
+  expect_error([] { parse_model_parallelism("tp=4,ep=3", ModelSide::serve, "--serve"); },
+               "ep=3 expected to divide tp=4");
+  expect_error([] { parse_model_parallelism("tp=4,etp=2", ModelSide::serve, "--serve"); },
+               "'etp=2'");
+  const auto side = parse_model_parallelism("tp=8,ep=2", ModelSide::serve, "--serve");
+  EXPECT_EQ(side.etp, 4);
+  EXPECT_EQ(parse_model_parallelism("tp=8,dp=4,ep=32,etp=1", ModelSide::train, "--train").ep, 32);
+}
+
 TEST(ModelTest, StagesSplitLayersInContiguousRuns) {
   // 10 layers over 4 stages: layers [0,2) [2,5) [5,7) [7,10).
   const auto params = model_parameters({.hidden = 16, .layers = 10, .heads = 4});
   std::map<int64_t, std::set<int64_t>> layers_of_stage;
   for (const auto& p : params)
-    if (p.layer >= 0) layers_of_stage[stage_of(p, 10, 4)].insert(p.layer);
+    if (p.layer >= 0 && p.layer < 10) layers_of_stage[stage_of(p, 10, 4)].insert(p.layer);
   EXPECT_EQ(layers_of_stage[0], (std::set<int64_t>{0, 1}));
   EXPECT_EQ(layers_of_stage[1], (std::set<int64_t>{2, 3, 4}));
   EXPECT_EQ(layers_of_stage[2], (std::set<int64_t>{5, 6}));
@@ -146,9 +316,11 @@ TEST(ModelTest, ServerStartsOnTheHostAfterTheTrainer) {
 }
 
 TEST(ModelTest, BatchIsValidAndItsFileRoundTrips) {
-  for (const auto& config : {small_llama(), small_gpt()}) {
-    const Batch b = model_batch(config, {.tp = 2, .pp = 2, .replicas = 2}, {.tp = 8, .replicas = 2},
-                                paper_cluster(1));
+  for (const auto& config : {small_llama(), small_gpt(), small_moe()}) {
+    const int64_t ep = config.arch == ModelArch::moe ? 2 : 1;
+    const Batch b =
+        model_batch(config, {.tp = 2, .pp = 2, .replicas = 2, .ep = ep},
+                    {.tp = 8, .replicas = 2, .ep = ep, .etp = 8 / ep}, paper_cluster(1));
     b.validate();
     EXPECT_EQ(batch_from_json(nlohmann::json::parse(batch_to_json(b).dump())), b);
   }
@@ -178,28 +350,21 @@ TEST(ModelTest, LlamaServingDestinationsAreBoundIntoFusedBuffers) {
 }
 
 TEST(ModelTest, ParsesParallelism) {
-  const auto side = parse_model_parallelism("tp=4,pp=2,dp=3", "dp", "--train");
+  const auto side = parse_model_parallelism("tp=4,pp=2,dp=3", ModelSide::train, "--train");
   EXPECT_EQ(side.tp, 4);
   EXPECT_EQ(side.pp, 2);
   EXPECT_EQ(side.replicas, 3);
-  EXPECT_EQ(parse_model_parallelism("replicas=4", "replicas", "--serve").tp, 1);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming " << part;
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
+  EXPECT_EQ(parse_model_parallelism("replicas=4", ModelSide::serve, "--serve").tp, 1);
 }
 
 TEST(ModelTest, BadInputNamesTheValue) {
-  expect_error([] { parse_model_parallelism("tp=0", "dp", "--train"); }, "'tp=0'");
-  expect_error([] { parse_model_parallelism("tp=4,replicas=2", "dp", "--train"); }, "'replicas=2'");
-  expect_error([] { parse_model_parallelism("tp=4,tp=2", "dp", "--train"); }, "given twice");
-  expect_error([] { parse_model_parallelism("tp=x", "dp", "--train"); }, "'tp=x'");
-  expect_error([] { parse_model_parallelism("", "dp", "--train"); }, "--train");
+  expect_error([] { parse_model_parallelism("tp=0", ModelSide::train, "--train"); }, "'tp=0'");
+  expect_error([] { parse_model_parallelism("tp=4,replicas=2", ModelSide::train, "--train"); },
+               "'replicas=2'");
+  expect_error([] { parse_model_parallelism("tp=4,tp=2", ModelSide::train, "--train"); },
+               "given twice");
+  expect_error([] { parse_model_parallelism("tp=x", ModelSide::train, "--train"); }, "'tp=x'");
+  expect_error([] { parse_model_parallelism("", ModelSide::train, "--train"); }, "--train");
   expect_error([] { parse_model_arch("bert"); }, "'bert'");
   auto bad_heads = small_llama();
   bad_heads.heads = 5;

@@ -251,18 +251,30 @@ class ModelBatch:
         return f"ModelBatch({len(self.tensors)} tensors, {self.cluster!r})"
 
 
-def model_batch(*, arch="llama", hidden, layers, heads, kv_heads=0, ffn, vocab, positions=2048,
-                dtype="bfloat16", train="tp=1", serve="tp=1", cluster):
-    """Every parameter of a llama- or gpt-like model with its trainer and serving layouts, as
-    `meshcast model` writes them (docs/models.md): `train` "tp=T,pp=P,dp=D", `serve`
-    "tp=T,pp=P,replicas=R"; `cluster` gives devices per host and links, its host count is
-    replaced by the hosts both sides need. Plan it with mc.plan(b.tensors, cluster=b.cluster)."""
+def model_batch(*, arch="", preset="", dtype="bfloat16", train="tp=1", serve="tp=1", cluster,
+                **dimensions):
+    """Every parameter of a llama-, gpt- or moe-like model with its trainer and serving layouts,
+    as `meshcast model` writes them (docs/models.md): `preset` "deepseek-v3", "kimi-k2" or
+    "qwen3-235b-a22b", or `arch` "llama" (the default), "gpt" or "moe" (DeepSeek-V3's dimensions);
+    `dimensions` change them: the CLI's options with underscores (hidden, layers, heads, kv_heads,
+    ffn, vocab, positions, head_dim, experts, shared_experts, moe_ffn, dense_layers, q_lora_rank,
+    kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim, router_bias). `train`
+    "tp=T,pp=P,dp=D,ep=E,etp=X", `serve` "tp=T,pp=P,replicas=R,ep=E"; `cluster` gives devices per
+    host and links, its host count is replaced by the hosts both sides need. Plan it with
+    mc.plan(b.tensors, cluster=b.cluster)."""
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster {cluster!r}: expected an mc.Cluster")
-    sizes = [_integer(v, n) for n, v in (("hidden", hidden), ("layers", layers), ("heads", heads),
-                                          ("kv_heads", kv_heads), ("ffn", ffn), ("vocab", vocab),
-                                          ("positions", positions))]
-    entries, hosts = _core.model_batch(str(arch), *sizes, _dtype_name(dtype, "dtype"), str(train),
+    keys = _core.model_dimension_keys()
+    given = []
+    for name, value in dimensions.items():
+        key = name.replace("_", "-")
+        if key not in keys:
+            known = ", ".join(k.replace("-", "_") for k in keys)
+            raise TypeError(f"model_batch() got an unexpected keyword argument {name!r}: "
+                            f"expected arch, preset, dtype, train, serve, cluster or one of {known}")
+        given.append((key, _integer(value, name)))
+    entries, hosts = _core.model_batch(str(arch), str(preset), given, _dtype_name(dtype, "dtype"),
+                                       str(train),
                                        str(serve), cluster)
 
     def layout(parts):
@@ -280,13 +292,20 @@ def _is_torch(value):
     return type(value).__module__.startswith("torch")
 
 
+# float8 tensors are bytes to meshcast: held in torch's float8 dtypes where torch has them (2.1 and
+# later), else (and in numpy, which has none) in uint8 arrays of the same bytes.
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
+
+
 def _numpy_empty(shape, dtype):
     import numpy
-    return numpy.empty(shape, dtype=dtype)
+    return numpy.empty(shape, dtype="uint8" if dtype in _FLOAT8 else dtype)
 
 
 def _torch_empty(shape, dtype):
     import torch
+    if dtype in _FLOAT8 and not hasattr(torch, dtype):
+        dtype = "uint8"
     return torch.empty(shape, dtype=getattr(torch, dtype))
 
 

@@ -17,14 +17,16 @@ struct DTypeInfo {
   int size;
 };
 
-constexpr std::array<DTypeInfo, 8> kDTypes{{{DType::int8, "int8", 1},
-                                            {DType::uint8, "uint8", 1},
-                                            {DType::int32, "int32", 4},
-                                            {DType::int64, "int64", 8},
-                                            {DType::float16, "float16", 2},
-                                            {DType::bfloat16, "bfloat16", 2},
-                                            {DType::float32, "float32", 4},
-                                            {DType::float64, "float64", 8}}};
+constexpr std::array<DTypeInfo, 10> kDTypes{{{DType::int8, "int8", 1},
+                                             {DType::uint8, "uint8", 1},
+                                             {DType::int32, "int32", 4},
+                                             {DType::int64, "int64", 8},
+                                             {DType::float16, "float16", 2},
+                                             {DType::bfloat16, "bfloat16", 2},
+                                             {DType::float32, "float32", 4},
+                                             {DType::float64, "float64", 8},
+                                             {DType::float8_e4m3fn, "float8_e4m3fn", 1},
+                                             {DType::float8_e5m2, "float8_e5m2", 1}}};
 
 const DTypeInfo& info(DType dtype) {
   for (const auto& entry : kDTypes)
@@ -46,7 +48,7 @@ DType parse_dtype(std::string_view text) {
     if (entry.name == text) return entry.dtype;
   throw InvalidArgument(fmt::format(
       "bad dtype '{}': expected one of int8, uint8, int32, int64, float16, bfloat16, float32, "
-      "float64",
+      "float64, float8_e4m3fn, float8_e5m2",
       text));
 }
 

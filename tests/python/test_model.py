@@ -60,3 +60,74 @@ def test_bad_values_named(change, message):
         mc.model_batch(**args)
     with pytest.raises(TypeError, match="expected an mc.Cluster"):
         mc.model_batch(**GPT, cluster=None)
+
+
+# A shrunk DeepSeek-V3: MLA, a dense layer, then MoE layers of 8 stacked experts, a shared expert
+# and a router with its bias.
+MOE = dict(arch="moe", hidden=16, layers=3, heads=4, q_lora_rank=8, kv_lora_rank=6, qk_nope_dim=4,
+           qk_rope_dim=2, v_head_dim=4, ffn=24, experts=8, moe_ffn=6, dense_layers=1, vocab=40)
+
+
+def test_moe_preset_layouts():
+    b = mc.model_batch(preset="kimi-k2", dtype="float8_e4m3fn", train="tp=8,pp=8,dp=4,ep=32",
+                       serve="tp=16,ep=16,replicas=2",
+                       cluster=mc.Cluster(hosts=1, devices_per_host=8, nics_per_host=8))
+    # docs/models.md: embeddings, norm and head, 61 layers of 9 attention tensors, one dense MLP
+    # of 3, 60 MoE MLPs of 8 (router, bias, 3 stacked experts, 3 shared).
+    assert len(b.tensors) == 3 + 61 * 9 + 3 + 60 * 8
+    assert b.cluster.hosts == 32 + 4
+    shape, dtype, src, dst = b.tensors["model.layers.60.mlp.experts.gate_proj.weight"]
+    assert (shape, dtype) == ((384, 2048, 7168), "float8_e4m3fn")
+    # The last stage's 32 GPUs as (edp 1, ep 32, etp 1); each server replica's 16 as (1, 16, 1)
+    # stacked over the 2 replicas.
+    assert (src.mesh.shape, src.mesh.devices, src.spec) == ([1, 32, 1], list(range(224, 256)),
+                                                            "S1S2R")
+    assert (dst.mesh.shape, dst.mesh.devices[0], dst.spec) == ([2, 16, 1], 256, "S1S2R")
+    assert b.tensors["model.layers.0.mlp.gate_proj.weight"][3].spec == "S1R"  # the dense layer
+    assert b.tensors["lm_head.weight"][0] == (163840, 7168)
+
+
+def test_moe_float8_runs_every_element():
+    # float8 weights travel as their bytes: uint8 arrays (numpy has no float8, torch 1.13 neither).
+    b = mc.model_batch(**MOE, dtype="float8_e4m3fn", train="tp=2,dp=2,ep=4",
+                       serve="tp=4,ep=2,replicas=2", cluster=mc.Cluster(hosts=1, devices_per_host=4))
+    plan = mc.plan(b.tensors, cluster=b.cluster)
+    weights = {name: ((np.arange(int(np.prod(shape))) * 7 + i) % 251).astype("uint8").reshape(shape)
+               for i, (name, (shape, _, _, _)) in enumerate(b.tensors.items())}
+    out = mc.Resharder(plan).run({name: mc.shard(weights[name], src)
+                                  for name, (_, _, src, _) in b.tensors.items()})
+    for name, (_, dtype, _, dst) in b.tensors.items():
+        assert dtype == "float8_e4m3fn"
+        for d, tile in mc.shard(weights[name], dst).items():
+            assert out[name][d].dtype == np.uint8
+            assert np.array_equal(out[name][d], tile), f"{name} on device {d}"
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(train="tp=3,ep=3"), "bad --train ep=3: expected a divisor of the model's 8 experts"),
+    (dict(serve="tp=2,ep=4"), "ep=4 expected to divide tp=2"),
+    (dict(preset="llama-3"), "bad preset 'llama-3'"),
+])
+def test_moe_bad_values_named(change, message):
+    args = dict(MOE, train="tp=2", serve="tp=2", cluster=mc.Cluster(hosts=1, devices_per_host=4))
+    args.update(change)
+    if "preset" in change:
+        args.pop("arch")
+    with pytest.raises(ValueError, match=message):
+        mc.model_batch(**args)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'expert'"):
+        mc.model_batch(**MOE, expert=4, cluster=mc.Cluster(hosts=1, devices_per_host=4))
+
+
+def test_float8_torch_tensors_are_their_bytes():
+    torch = pytest.importorskip("torch")
+    src, dst = mc.Layout(mc.Mesh([2], [0, 1]), "S0R"), mc.Layout(mc.Mesh([2], [2, 3]), "RR")
+    plan = mc.plan(shape=(6, 4), dtype="float8_e5m2", src=src, dst=dst,
+                   cluster=mc.Cluster(hosts=2, devices_per_host=2))
+    whole = (torch.arange(24) * 5 % 256).to(torch.uint8).reshape(6, 4)
+    out = mc.Resharder(plan, array="torch").run(mc.shard(whole, src))
+    # Allocated as torch's float8 where torch has it (2.1 and later), else as uint8 bytes.
+    want = getattr(torch, "float8_e5m2", torch.uint8)
+    for d in (2, 3):
+        assert out[d].dtype == want
+        assert torch.equal(out[d].view(torch.uint8), whole), f"device {d}"

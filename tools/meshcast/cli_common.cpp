@@ -36,7 +36,8 @@ std::vector<CLI::Option*> add_layout_options(CLI::App& verb, LayoutOptions& o) {
   const std::vector<CLI::Option*> layout = {
       verb.add_option("--shape", o.shape, "Global tensor shape, e.g. 1024,1024,512"),
       verb.add_option("--dtype", o.dtype,
-                      "int8|uint8|int32|int64|float16|bfloat16|float32|float64 (default float32)"),
+                      "int8|uint8|int32|int64|float16|bfloat16|float32|float64|float8_e4m3fn|"
+                      "float8_e5m2 (default float32)"),
       verb.add_option("--src-mesh", o.src_mesh, "Source mesh shape, e.g. 2x4"),
       verb.add_option("--src-spec", o.src_spec,
                       "Source sharding spec: S0RR, Shard(0),Replicate() or P(dp,None)"),

@@ -10,7 +10,20 @@
 
 namespace meshcast {
 
-enum class DType { int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
+// float8_e4m3fn and float8_e5m2: the 1-byte floats of FP8 checkpoints (moved as bytes; nothing
+// in meshcast does arithmetic on them).
+enum class DType {
+  int8,
+  uint8,
+  int32,
+  int64,
+  float16,
+  bfloat16,
+  float32,
+  float64,
+  float8_e4m3fn,
+  float8_e5m2
+};
 
 // Bytes of one element.
 int dtype_size(DType dtype);
