@@ -162,6 +162,12 @@ def main():
         if rank == 0:
             print(f"step {step}: loss {loss.item():.4f}, {len(batch.tensors)} weights synced to 2 "
                   f"serving replicas in one plan, {checked} elements checked bit for bit")
+    if backend["backend"] == "torch":
+        # The Resharder goes before the group it sends on, and the group before the interpreter:
+        # torch 1.13's gloo group destroyed during interpreter exit can abort the process.
+        import torch.distributed as dist
+        del resharder
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
