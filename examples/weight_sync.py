@@ -110,6 +110,37 @@ def processes(backend):
     return comm.Get_size(), comm.Get_rank(), dict(backend="mpi", comm=comm), comm.allreduce
 
 
+def train_step(model, optimizer, tokens):
+    """One optimizer step on the next-token loss; returns the loss."""
+    logits = model(tokens[:, :-1])
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def serving_tiles(batch, devices):
+    """The serving replicas' weights on `devices`, written in place by every sync: each device
+    allocates its own tiles from the layout alone, as a serving process that never sees the full
+    weight does."""
+    return {name: {d: torch.empty(tile) for d in devices
+                   if d in dst.mesh.devices and 0 not in (tile := dst.tile_shape(shape, d))}
+            for name, (shape, _, _, dst) in batch.tensors.items()}
+
+
+def check_serving(batch, params, serving, step):
+    """Asserts that every serving tile equals its part of the trainer's weight, bit for bit;
+    returns the number of elements checked."""
+    checked = 0
+    for name, (_, _, _, dst) in batch.tensors.items():
+        want = mc.shard(params[name].detach(), dst, devices=list(serving[name]))
+        for d, t in serving[name].items():
+            assert torch.equal(t, want[d]), f"step {step}: {name} on device {d} differs"
+            checked += t.numel()
+    return checked
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=["auto", "torch"], default="auto",
@@ -135,32 +166,18 @@ def main():
     plan = mc.plan(batch.tensors, cluster=batch.cluster)
     resharder = mc.Resharder(plan, **backend)
     here = resharder.devices  # this rank's device under MPI, all 8 in-process
-    # The serving replicas' weights, written in place by every sync: each device allocates its
-    # own tiles from the layout alone, as a serving process that never sees the full weight does.
-    serving = {name: {d: torch.empty(tile) for d in here
-                      if d in dst.mesh.devices and 0 not in (tile := dst.tile_shape(shape, d))}
-               for name, (shape, _, _, dst) in batch.tensors.items()}
+    serving = serving_tiles(batch, here)
 
     tokens = torch.randint(0, CONFIG["vocab"], (4, 16))
     for step in range(STEPS):
-        logits = model(tokens[:, :-1])
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, tokens)
         # The trainer's shards of every weight (this rank's only, under MPI), one joint run.
         trainer = {name: mc.shard(params[name].detach(), src, devices=here)
                    for name, (_, _, src, _) in batch.tensors.items()}
         resharder.run(trainer, serving)
-        checked = 0
-        for name, (_, _, _, dst) in batch.tensors.items():
-            want = mc.shard(params[name].detach(), dst)
-            for d, t in serving[name].items():
-                assert torch.equal(t, want[d]), f"step {step}: {name} on device {d} differs"
-                checked += t.numel()
-        checked = total(checked)
+        checked = total(check_serving(batch, params, serving, step))
         if rank == 0:
-            print(f"step {step}: loss {loss.item():.4f}, {len(batch.tensors)} weights synced to 2 "
+            print(f"step {step}: loss {loss:.4f}, {len(batch.tensors)} weights synced to 2 "
                   f"serving replicas in one plan, {checked} elements checked bit for bit")
     if backend["backend"] == "torch":
         # The Resharder goes before the group it sends on, and the group before the interpreter:

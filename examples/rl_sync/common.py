@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from weight_sync import CONFIG, SERVE, TRAIN, Llama  # noqa: E402
+from weight_sync import (CONFIG, SERVE, TRAIN, Llama, check_serving, serving_tiles,  # noqa: E402,F401
+                         train_step)
 
 import meshcast as mc  # noqa: E402
 
@@ -61,15 +62,33 @@ def model_and_plan():
     return model, batch, mc.plan(batch.tensors, cluster=batch.cluster)
 
 
-def train_step(model, optimizer, tokens):
-    logits = model(tokens[:, :-1])
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return loss.item()
-
-
 def training(model):
     """The optimizer and the tokens of every step, the same in every process."""
     return torch.optim.AdamW(model.parameters(), lr=1e-2), torch.randint(0, CONFIG["vocab"], (4, 16))
+
+
+class Job:
+    """What both jobs set up alike: the arguments, this process's rank in the joint group, the
+    model with its optimizer and tokens, the joint plan's batch and the Resharder that plays it.
+    Used as a context manager, it drops the Resharder and then the group before the process ends:
+    torch 1.13's gloo group left to interpreter shutdown can abort the process."""
+
+    def __init__(self, role):
+        self.args = arguments(role)
+        self.rank = join(role, self.args)
+        self.model, self.batch, plan = model_and_plan()
+        self.optimizer, self.tokens = training(self.model)
+        self.params = dict(self.model.named_parameters())
+        self.resharder = mc.Resharder(plan, backend="torch", timeout=self.args.timeout)
+
+    def step(self):
+        """One optimizer step, the same in both jobs; returns the loss."""
+        return train_step(self.model, self.optimizer, self.tokens)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        del self.resharder
+        dist.destroy_process_group()
+        return False

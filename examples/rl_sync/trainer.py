@@ -7,18 +7,14 @@ joint plan. docs/python.md gives the two commands.
 """
 import meshcast as mc
 
-from common import arguments, join, model_and_plan, train_step, training
+from common import Job
 
-args = arguments("trainer")
-rank = join("trainer", args)
-model, batch, plan = model_and_plan()
-optimizer, tokens = training(model)
-params = dict(model.named_parameters())
-resharder = mc.Resharder(plan, backend="torch", timeout=args.timeout)
-for step in range(args.steps):
-    loss = train_step(model, optimizer, tokens)
-    shards = {name: {d: t for d, t in mc.shard(params[name].detach(), src).items() if d == rank}
-              for name, (_, _, src, _) in batch.tensors.items()}
-    resharder.run(shards)
-    if rank == 0:
-        print(f"trainer step {step}: loss {loss:.4f}, {len(shards)} weights sent")
+with Job("trainer") as job:
+    for step in range(job.args.steps):
+        loss = job.step()
+        # This rank's shards only: the trainer never builds another rank's tiles.
+        shards = {name: mc.shard(job.params[name].detach(), src, devices=[job.rank])
+                  for name, (_, _, src, _) in job.batch.tensors.items()}
+        job.resharder.run(shards)
+        if job.rank == 0:
+            print(f"trainer step {step}: loss {loss:.4f}, {len(shards)} weights sent")
