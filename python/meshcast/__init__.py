@@ -322,11 +322,11 @@ class Resharder:
     raises TimeoutError or RuntimeError on every surviving rank instead of ending the process).
     `array`: what outputs not given in `out` are allocated as, 'numpy' or 'torch', the same on
     every rank whatever it holds (numpy has no bfloat16: a plan with one needs 'torch' or out=).
-    `timeout`: seconds compiling or one wait() may block (a peer process that died or hangs)
-    before the process prints what it waited in and exits with status 3, so that mpirun stops
-    every rank; 0: forever. `max_staging_bytes`: the plan is refused (ValueError, before any byte
-    moves) when the memory this process would hold besides the arrays (boxes it relays or keeps
-    beside a destination shard, packed messages) is larger; 0: no limit. `staging_bytes` gives
+    `timeout`: seconds compiling or one wait() may block waiting for other ranks (mpi, torch: a
+    peer process that died or hangs) before it raises TimeoutError; 0 or above 1e9: forever.
+    `max_staging_bytes`: the plan is refused (ValueError, before any byte moves) when the memory
+    this process would hold besides the arrays (boxes it relays or keeps beside a destination
+    shard, packed messages) is larger; 0: no limit. `staging_bytes` gives
     that memory: allocated once, reused by every run. One run is in flight at a time: run() from
     several threads takes turns; start() or wait() while another thread's run is in flight raises
     RuntimeError."""

@@ -4,6 +4,7 @@
 
 #include "meshcast/error.h"
 #include "meshcast/runtime/local/local_executor.h"
+#include "meshcast/runtime/watchdog.h"
 #ifdef MESHCAST_WITH_MPI
 #include "meshcast/runtime/mpi/mpi_executor.h"
 #endif
@@ -14,6 +15,7 @@ std::unique_ptr<Executor> make_executor(std::string_view backend, const Executor
   if (options.max_staging_bytes < 0)
     throw InvalidArgument(fmt::format("bad staging limit {} bytes: expected >= 0 (0: no limit)",
                                       options.max_staging_bytes));
+  check_timeout(options.timeout_s);
   if (backend == "local")
     return make_local_executor(
         {.threads = options.threads, .max_staging_bytes = options.max_staging_bytes});
@@ -21,7 +23,8 @@ std::unique_ptr<Executor> make_executor(std::string_view backend, const Executor
 #ifdef MESHCAST_WITH_MPI
     return make_mpi_executor(
         {.broadcast = options.mpi_bcast ? MpiBroadcast::mpi_bcast : MpiBroadcast::chain,
-         .max_staging_bytes = options.max_staging_bytes});
+         .max_staging_bytes = options.max_staging_bytes,
+         .timeout_s = options.timeout_s});
 #else
     throw InvalidArgument(
         "backend mpi: this meshcast was built without MPI (Open MPI was not found when it was "

@@ -17,6 +17,7 @@
 #include "meshcast/runtime/buffer_table.h"
 #include "meshcast/runtime/placement.h"
 #include "meshcast/runtime/transport.h"
+#include "meshcast/runtime/watchdog.h"
 
 namespace meshcast {
 namespace {
@@ -237,9 +238,7 @@ class TransportExecutor final : public Executor {
       throw InvalidArgument(fmt::format(
           "group broadcasts on {}: this transport has no group collectives, expected chains",
           transport_->name()));
-    if (!(options_.timeout_s >= 0))
-      throw InvalidArgument(fmt::format(
-          "bad timeout {} s: expected a number of seconds >= 0 (0: none)", options_.timeout_s));
+    check_timeout(options_.timeout_s);
     worker_ = std::jthread([this] { work(); });
   }
   ~TransportExecutor() override {

@@ -12,10 +12,14 @@
 
 namespace meshcast {
 
-Watchdog::Watchdog(double timeout_s) : timeout_s_(timeout_s) {
+void check_timeout(double timeout_s) {
   if (!std::isfinite(timeout_s) || timeout_s < 0)
     throw InvalidArgument(
         fmt::format("bad timeout {} s: expected a number of seconds >= 0 (0: none)", timeout_s));
+}
+
+Watchdog::Watchdog(double timeout_s) : timeout_s_(timeout_s) {
+  check_timeout(timeout_s);
   if (timeout_s > 0) thread_ = std::jthread([this](std::stop_token stop) { watch(stop); });
 }
 

@@ -1,6 +1,7 @@
 """Run under mpirun with 4 ranks by test_mpi.py: rank 1 stops itself (SIGSTOP) after two runs of
-a Resharder; the other ranks' third wait() must end them within the timeout (exit 3, the run
-named), so that mpirun stops the job instead of hanging."""
+a Resharder; the other ranks' third wait() must raise TimeoutError within the timeout (the run
+named), never end the process itself. Each then ends the job with comm.Abort, as a user's script
+would, so that mpirun stops the stopped rank too."""
 import os
 import signal
 
@@ -19,8 +20,12 @@ plan = mc.plan(shape=(1 << 16,), dtype="int32", src=src, dst=dst,
 x = np.arange(1 << 16, dtype=np.int32)
 mine = {d: t for d, t in mc.shard(x, src).items() if d == rank}
 resharder = mc.Resharder(plan, backend="mpi", comm=comm, timeout=3)
-for run in range(1, 1000):
-    if rank == 1 and run == 3:
-        os.kill(os.getpid(), signal.SIGSTOP)
-    resharder.run(mine)
+try:
+    for run in range(1, 1000):
+        if rank == 1 and run == 3:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        resharder.run(mine)
+except TimeoutError as e:
+    print(f"rank {rank}: TimeoutError: {e}", flush=True)
+    comm.Abort(3)
 print(f"rank {rank}: 999 runs, expected to be stopped by the timeout")

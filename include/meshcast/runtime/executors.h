@@ -14,6 +14,9 @@ struct ExecutorOptions {
   int threads = 0;                // local: worker threads, 0 = one per hardware thread
   bool mpi_bcast = false;         // mpi: broadcasts by MPI_Bcast instead of the chunked chain
   int64_t max_staging_bytes = 0;  // both: staging memory a compiled plan may hold; 0 = no limit
+  // mpi: seconds compiling or one wait() may block (a peer that died or hangs) before it throws
+  // Timeout; 0 = forever. The local backend has no peers to wait for.
+  double timeout_s = 0;
 };
 
 // "local" or "mpi". Throws InvalidArgument on another name, on "mpi" when meshcast was built

@@ -19,6 +19,10 @@ inline constexpr int kTimeoutExitStatus = 3;
 // Seconds one phase may last unless the caller says otherwise (`--timeout` of run and bench).
 inline constexpr double kDefaultTimeoutS = 300;
 
+// Throws InvalidArgument unless `timeout_s` is a finite number of seconds >= 0 (0: no bound);
+// every timeout a user gives (the watchdog's, an executor's) is checked here.
+void check_timeout(double timeout_s);
+
 class Watchdog {
  public:
   // `timeout_s`: seconds one phase may last; 0 turns the watchdog off, and one above
