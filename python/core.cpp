@@ -402,31 +402,80 @@ void check_device_key(const py::handle& key, std::string_view side, std::string_
 
 // The bytes of one array a run reads (a source) or writes (an output), named as in messages.
 struct Region {
-  std::span<const std::byte> bytes;
+  std::span<const std::byte> bytes;  // from its first element to its last
   std::string name;
   bool written = false;
+  std::vector<int64_t> strides = {};  // elements; none: contiguous
+  std::vector<int64_t> extents = {};
+  int64_t itemsize = 1;
 };
 
+// A strided region is checked element run by element run, up to this many runs; beyond, by its
+// span from its first byte to its last (which may refuse views that do not overlap).
+constexpr int64_t kMaxRegionRuns = int64_t{1} << 16;
+
+using ByteRun = std::pair<const std::byte*, const std::byte*>;  // [first, end)
+
+// The bytes a region covers as disjoint runs: a strided view's elements merged into runs as long
+// as its inner dims are contiguous (a w13 slot of experts x rows x hidden: one run per expert),
+// or its whole span where the runs would be too many or overlap one another.
+std::vector<ByteRun> runs_of(const Region& r) {
+  const std::byte* first = r.bytes.data();
+  const std::vector<ByteRun> span = {{first, first + r.bytes.size()}};
+  const auto& strides = r.strides;
+  if (strides.empty()) return span;
+  int outer = static_cast<int>(strides.size());  // dims [0, outer) are not merged into a run
+  int64_t run = 1;                               // elements
+  while (outer > 0 && (r.extents[outer - 1] == 1 || strides[outer - 1] == run))
+    run *= r.extents[--outer];
+  int64_t count = 1;
+  for (int d = 0; d < outer; ++d) count *= r.extents[d];
+  if (count > kMaxRegionRuns) return span;
+  std::vector<ByteRun> runs;
+  runs.reserve(count);
+  std::vector<int64_t> index(outer, 0);
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t at = 0;
+    for (int d = 0; d < outer; ++d) at += index[d] * strides[d];
+    runs.emplace_back(first + at * r.itemsize, first + (at + run) * r.itemsize);
+    for (int d = outer - 1; d >= 0 && ++index[d] == r.extents[d]; --d) index[d] = 0;
+  }
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i].first < runs[i - 1].second) return span;  // e.g. a stride of 0
+  return runs;
+}
+
 // An output that shares memory with another output or with a source would be read while it is
-// written, or written twice: the shards would come out wrong. Sources may share memory.
+// written, or written twice: the shards would come out wrong. Sources may share memory. Views
+// into one buffer that interleave without sharing an element (gate and up in an expert's w13
+// slot) do not share memory.
 void check_no_overlap(std::vector<Region> regions) {
   std::erase_if(regions, [](const Region& r) { return r.bytes.empty(); });
-  std::sort(regions.begin(), regions.end(),
-            [](const Region& a, const Region& b) { return a.bytes.data() < b.bytes.data(); });
-  // Sweeping by start: a region overlaps an earlier one when it starts before that one's end;
-  // the earlier regions reaching furthest (any, and written) are the ones to compare with.
-  const Region* furthest = nullptr;
-  const Region* furthest_written = nullptr;
-  const auto end = [](const Region* r) { return r->bytes.data() + r->bytes.size(); };
-  for (const Region& r : regions) {
-    const Region* other = r.written ? furthest : furthest_written;
-    if (other && end(other) > r.bytes.data())
+  struct Run {
+    ByteRun bytes;
+    const Region* region;
+  };
+  std::vector<Run> runs;
+  for (const Region& r : regions)
+    for (const ByteRun& b : runs_of(r)) runs.push_back({b, &r});
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.bytes.first < b.bytes.first; });
+  // Sweeping by start: a run overlaps an earlier one when it starts before that one's end; the
+  // earlier runs reaching furthest (any, and written) are the ones to compare with. A region's
+  // own runs are disjoint, so the furthest reaching past a run's start is another region's.
+  const Run* furthest = nullptr;
+  const Run* furthest_written = nullptr;
+  for (const Run& r : runs) {
+    const Run* other = r.region->written ? furthest : furthest_written;
+    if (other && other->bytes.second > r.bytes.first)
       throw py::value_error(fmt::format(
           "{} and {} share memory: every output needs an array of its own, apart from every "
           "other output and every source",
-          other->name, r.name));
-    if (!furthest || end(&r) > end(furthest)) furthest = &r;
-    if (r.written && (!furthest_written || end(&r) > end(furthest_written))) furthest_written = &r;
+          other->region->name, r.region->name));
+    if (!furthest || r.bytes.second > furthest->bytes.second) furthest = &r;
+    if (r.region->written && (!furthest_written || r.bytes.second > furthest_written->bytes.second))
+      furthest_written = &r;
   }
 }
 
@@ -653,8 +702,9 @@ class Resharder {
         const Slot slot{"src", label, device};
         TileMemory m = tile_memory(value, tiles.src, t.tensor, slot, false, !transport_.is_none());
         b.src = m.bytes;
-        b.src_strides = std::move(m.strides);
-        regions.push_back({b.src, to_string(slot), false});
+        b.src_strides = m.strides;
+        regions.push_back({b.src, to_string(slot), false, std::move(m.strides), tiles.src.extents(),
+                           dtype_size(t.tensor.dtype)});
         keep.push_back(value);
       }
       if (!tiles.dst.empty()) {
@@ -668,8 +718,9 @@ class Resharder {
         const Slot slot{"out", label, device};
         TileMemory m = tile_memory(value, tiles.dst, t.tensor, slot, true, !transport_.is_none());
         b.dst = m.bytes;
-        b.dst_strides = std::move(m.strides);
-        regions.push_back({b.dst, to_string(slot), true});
+        b.dst_strides = m.strides;
+        regions.push_back({b.dst, to_string(slot), true, std::move(m.strides), tiles.dst.extents(),
+                           dtype_size(t.tensor.dtype)});
         keep.push_back(value);
       }
       buffers.push_back(b);

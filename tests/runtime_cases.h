@@ -164,12 +164,33 @@ inline int64_t play_bound_and_count_errors(Executor& executor, const Plan& plan,
   return executor.sum_over_processes(errors);
 }
 
-// Small llama and gpt weight syncs on exactly `devices` devices (one per host; at least 2):
+// `batch` (model_batch of `config`) with every fused part moved to slot 1 of a 2-slot buffer
+// and one element apart from the part before it along the dim the parts stack on, so that slot 0
+// and the elements between parts must stay untouched.
+inline Batch slotted(Batch batch, const ModelConfig& config) {
+  std::map<std::string, int> fused_dim;  // per parameter name
+  for (const ModelParameter& p : model_parameters(config))
+    if (!p.fused.empty()) fused_dim[p.name] = p.fused_dim;
+  std::map<std::string, int64_t> parts;  // per buffer: parts bound so far
+  for (auto& t : batch.tensors)
+    if (t.dst_buffer) {
+      auto& offset = t.dst_buffer->offset;
+      offset[fused_dim.at(t.name)] += parts[t.dst_buffer->name]++;
+      offset.insert(offset.begin(), 1);
+    }
+  batch.validate();
+  return batch;
+}
+
+// Small llama, moe and gpt weight syncs on exactly `devices` devices (one per host; at least 2):
 //  - llama as model_batch fuses it for serving (q, k, v in attn.qkv_proj, gate and up in
 //    mlp.gate_up_proj), tp = devices/2 -> tp = the rest (uneven head splits leave gaps);
-//  - the same with every fused part moved to slot 1 of a 2-slot buffer and one row apart, so
-//    that slot 0 and the rows between parts must stay untouched;
+//  - the same slotted (slotted above);
 //  - llama from a pp=2 trainer (3 devices and more);
+//  - a DeepSeek-V3-like moe (MLA, a dense layer, an MoE layer with routed and shared experts and
+//    a router bias) slotted, its serving buffers those of vLLM (fused_qkv_a_proj, gate_up_proj,
+//    w13, w2, docs/models.md), expert parallelism on both sides with different degrees where
+//    the ranks allow (8 devices: ep 4 -> ep 2 with etp 2);
 //  - gpt with its column-parallel weights of each layer (qkv, up) bound on the trainer's side
 //    into one buffer, slot 0 and slot 1 (a source read through a binding).
 inline std::vector<Batch> fused_model_batches_on(int devices) {
@@ -186,17 +207,35 @@ inline std::vector<Batch> fused_model_batches_on(int devices) {
   const Cluster cluster{.devices_per_host = 1};
   const int64_t train = devices / 2;
   out.push_back(model_batch(llama, {.tp = train}, {.tp = devices - train}, cluster));
-  Batch slotted = out.back();
-  std::map<std::string, int64_t> parts;  // per buffer: parts bound so far
-  for (auto& t : slotted.tensors)
-    if (t.dst_buffer) {
-      t.dst_buffer->offset.insert(t.dst_buffer->offset.begin(), 1);
-      t.dst_buffer->offset[1] += parts[t.dst_buffer->name]++;
-    }
-  slotted.validate();
-  out.push_back(std::move(slotted));
+  out.push_back(slotted(out.back(), llama));
   if (devices >= 3)
     out.push_back(model_batch(llama, {.tp = 1, .pp = 2}, {.tp = devices - 2}, cluster));
+  const ModelConfig moe{.arch = ModelArch::moe,
+                        .hidden = 16,
+                        .layers = 2,
+                        .heads = 4,
+                        .ffn = 24,
+                        .vocab = 40,
+                        .dtype = DType::bfloat16,
+                        .q_lora_rank = 8,
+                        .kv_lora_rank = 6,
+                        .qk_nope_dim = 4,
+                        .qk_rope_dim = 2,
+                        .v_head_dim = 4,
+                        .dense_layers = 1,
+                        .experts = 12,
+                        .shared_experts = 1,
+                        .moe_ffn = 6,
+                        .router_bias = true};
+  // Each side's largest expert parallelism; the server's halved where it equals the trainer's.
+  const int64_t train_ep = std::gcd(train, moe.experts);
+  int64_t serve_ep = std::gcd(devices - train, moe.experts);
+  if (serve_ep == train_ep && serve_ep % 2 == 0) serve_ep /= 2;
+  out.push_back(slotted(
+      model_batch(moe, {.tp = train, .ep = train_ep},
+                  {.tp = devices - train, .ep = serve_ep, .etp = (devices - train) / serve_ep},
+                  cluster),
+      moe));
   ModelConfig gpt{.arch = ModelArch::gpt,
                   .hidden = 16,
                   .layers = 2,

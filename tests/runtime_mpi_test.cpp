@@ -248,13 +248,13 @@ TEST(MpiExecutorTest, RanksGivenDifferentPlansAllRefuseBeforeAnyByteMoves) {
 // element of every buffer checked, and nothing outside the bound regions touched.
 TEST(MpiExecutorTest, FusedModelBuffersGetEveryElementAndNothingOutsideTheirRegions) {
   const auto batches = testing::fused_model_batches_on(ranks);
-  ASSERT_GE(batches.size(), 3u);
+  ASSERT_GE(batches.size(), 4u);
   for (size_t b = 0; b < batches.size(); ++b)
     for (const PlanOptions& o : testing::every_strategy()) {
       int64_t outside = 0;
       ASSERT_EQ(testing::play_bound_and_count_errors(*world, make_plan(batches[b], o), &outside), 0)
           << "batch " << b << " " << testing::describe(o);
-      if (b == 1 || b + 1 == batches.size()) {
+      if (b == 1 || b + 2 >= batches.size()) {  // slotted llama and moe, gpt
         EXPECT_GT(outside, 0) << "batch " << b;
       }
     }

@@ -349,6 +349,63 @@ TEST(ModelTest, LlamaServingDestinationsAreBoundIntoFusedBuffers) {
     EXPECT_FALSE(t.src_buffer || t.dst_buffer) << t.name << ": gpt has nothing to fuse";
 }
 
+// The MoE serving layout as vLLM and SGLang hold it: q_a_proj and kv_a_proj_with_mqa stacked in
+// fused_qkv_a_proj; gate and up (dense MLP, shared experts) in gate_up_proj; the routed experts'
+// gate and up in w13 [E_local, 2*I/etp, H] (gate on rows 0.., up after: dim 1) and down in w2;
+// with grouped-query attention q, k, v in qkv_proj. Nothing else bound, the trainer never.
+TEST(ModelTest, MoeServingDestinationsAreBoundIntoFusedBuffers) {
+  // Server tp=4, ep=2, etp=2: dense ffn 24 -> 6 rows a rank, an expert's 6 -> 3, the shared
+  // expert's 6 over tp 4 -> tiles of 2, 2, 2, 0.
+  const Batch b = model_batch(small_moe(), {.tp = 2, .replicas = 2, .ep = 4},
+                              {.tp = 4, .replicas = 2, .ep = 2, .etp = 2}, paper_cluster(1));
+  b.validate();
+  std::map<std::string, BufferBinding> bound;
+  for (const auto& t : b.tensors) {
+    EXPECT_FALSE(t.src_buffer) << t.name;
+    if (t.dst_buffer) bound[t.name] = *t.dst_buffer;
+  }
+  EXPECT_EQ(bound.size(), 4u + 2u * 7u) << "dense layer: 2 + 2; MoE layers: 2 + 2 + 1 + 2";
+  const auto expect = [&](const std::string& name, const std::string& buffer,
+                          std::vector<int64_t> offset) {
+    ASSERT_TRUE(bound.contains(name)) << name;
+    EXPECT_EQ(bound.at(name), (BufferBinding{buffer, std::move(offset)})) << name;
+  };
+  for (const std::string l : {"model.layers.0.", "model.layers.2."}) {
+    expect(l + "self_attn.q_a_proj.weight", l + "self_attn.fused_qkv_a_proj.weight", {0, 0});
+    expect(l + "self_attn.kv_a_proj_with_mqa.weight", l + "self_attn.fused_qkv_a_proj.weight",
+           {8, 0});
+  }
+  const std::string l0 = "model.layers.0.", l2 = "model.layers.2.";
+  expect(l0 + "mlp.gate_proj.weight", l0 + "mlp.gate_up_proj.weight", {0, 0});
+  expect(l0 + "mlp.up_proj.weight", l0 + "mlp.gate_up_proj.weight", {6, 0});
+  expect(l2 + "mlp.experts.gate_proj.weight", l2 + "mlp.experts.w13_weight", {0, 0, 0});
+  expect(l2 + "mlp.experts.up_proj.weight", l2 + "mlp.experts.w13_weight", {0, 3, 0});
+  expect(l2 + "mlp.experts.down_proj.weight", l2 + "mlp.experts.w2_weight", {0, 0, 0});
+  expect(l2 + "mlp.shared_experts.gate_proj.weight", l2 + "mlp.shared_experts.gate_up_proj.weight",
+         {0, 0});
+  expect(l2 + "mlp.shared_experts.up_proj.weight", l2 + "mlp.shared_experts.gate_up_proj.weight",
+         {2, 0});
+
+  // Grouped-query attention (Qwen3-MoE), 2 kv heads of 8 over tp 4: q's 32 rows -> 8 a rank,
+  // each kv head whole on two ranks; etp 1: w13's up right after an expert's 6 gate rows.
+  ModelConfig gqa = small_moe();
+  gqa.kv_lora_rank = gqa.q_lora_rank = 0;
+  gqa.kv_heads = 2;
+  gqa.head_dim = 8;
+  gqa.shared_experts = 0;
+  const Batch g = model_batch(gqa, {.tp = 2}, {.tp = 4, .ep = 4}, paper_cluster(1));
+  g.validate();
+  bound.clear();
+  for (const auto& t : g.tensors)
+    if (t.dst_buffer) bound[t.name] = *t.dst_buffer;
+  EXPECT_EQ(bound.size(), 3u * 3u + 2u + 2u * 3u)
+      << "q, k, v in 3 layers; gate, up in the dense one; gate, up, down in 2 MoE layers";
+  expect(l2 + "self_attn.q_proj.weight", l2 + "self_attn.qkv_proj.weight", {0, 0});
+  expect(l2 + "self_attn.k_proj.weight", l2 + "self_attn.qkv_proj.weight", {8, 0});
+  expect(l2 + "self_attn.v_proj.weight", l2 + "self_attn.qkv_proj.weight", {16, 0});
+  expect(l2 + "mlp.experts.up_proj.weight", l2 + "mlp.experts.w13_weight", {0, 6, 0});
+}
+
 TEST(ModelTest, ParsesParallelism) {
   const auto side = parse_model_parallelism("tp=4,pp=2,dp=3", ModelSide::train, "--train");
   EXPECT_EQ(side.tp, 4);

@@ -20,57 +20,88 @@ ModelParameter parameter(std::string name, std::vector<int64_t> shape, ParamClas
   return {std::move(name), std::move(shape), param_class, layer};
 }
 
+// Appends the parameters of one layer, each name prefixed `prefix`.
+struct LayerParameters {
+  std::string prefix;
+  int64_t layer;
+  std::vector<ModelParameter>& out;
+
+  // `fused`: the serving buffer the parameter is a part of (its parts stacked on `fused_dim`),
+  // "" for none.
+  void add(std::string_view name, std::vector<int64_t> shape, ParamClass cls,
+           std::string_view fused = "", int fused_dim = 0) const {
+    out.push_back(parameter(prefix + std::string(name), std::move(shape), cls, layer));
+    if (fused.empty()) return;
+    out.back().fused = prefix + std::string(fused);
+    out.back().fused_dim = fused_dim;
+  }
+};
+
+// A moe model's gated MLP under `mlp` ("mlp." for a dense layer, "mlp.shared_experts." for the
+// shared experts): gate_proj and up_proj fused for serving into gate_up_proj (vLLM's and SGLang's
+// MergedColumnParallelLinear), then down_proj.
+void add_gated_mlp(const LayerParameters& l, const std::string& mlp, int64_t inner,
+                   int64_t hidden) {
+  const std::string gate_up = mlp + "gate_up_proj.weight";
+  l.add(mlp + "gate_proj.weight", {inner, hidden}, ParamClass::column, gate_up);
+  l.add(mlp + "up_proj.weight", {inner, hidden}, ParamClass::column, gate_up);
+  l.add(mlp + "down_proj.weight", {hidden, inner}, ParamClass::row);
+}
+
 // A moe layer with the Hugging Face names of DeepSeek-V3 (MLA) or Qwen3-MoE (grouped-query
 // attention). Routed experts are stacked: one [experts, out, in] tensor per projection, expert j
-// being the Hugging Face tensor mlp.experts.j.<proj>.weight.
+// being the Hugging Face tensor mlp.experts.j.<proj>.weight. Serving buffers carry vLLM's
+// parameter names (docs/models.md#fused-serving-buffers).
 void add_moe_layer(const ModelConfig& c, int64_t layer, std::vector<ModelParameter>& out) {
-  const std::string p = fmt::format("model.layers.{}.", layer);
-  const auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamClass cls) {
-    out.push_back(parameter(p + name, std::move(shape), cls, layer));
-  };
-  add("input_layernorm.weight", {c.hidden}, ParamClass::replicated);
+  const LayerParameters l{fmt::format("model.layers.{}.", layer), layer, out};
+  l.add("input_layernorm.weight", {c.hidden}, ParamClass::replicated);
   if (c.mla()) {
     const int64_t qk_head = c.qk_nope_dim + c.qk_rope_dim;
+    // vLLM fuses the two latent down-projections, both replicated, into fused_qkv_a_proj.
+    const std::string_view qkv_a = c.q_lora_rank > 0 ? "self_attn.fused_qkv_a_proj.weight" : "";
     if (c.q_lora_rank > 0) {
-      add("self_attn.q_a_proj.weight", {c.q_lora_rank, c.hidden}, ParamClass::replicated);
-      add("self_attn.q_a_layernorm.weight", {c.q_lora_rank}, ParamClass::replicated);
-      add("self_attn.q_b_proj.weight", {c.heads * qk_head, c.q_lora_rank}, ParamClass::column);
+      l.add("self_attn.q_a_proj.weight", {c.q_lora_rank, c.hidden}, ParamClass::replicated, qkv_a);
+      l.add("self_attn.q_a_layernorm.weight", {c.q_lora_rank}, ParamClass::replicated);
+      l.add("self_attn.q_b_proj.weight", {c.heads * qk_head, c.q_lora_rank}, ParamClass::column);
     } else {
-      add("self_attn.q_proj.weight", {c.heads * qk_head, c.hidden}, ParamClass::column);
+      l.add("self_attn.q_proj.weight", {c.heads * qk_head, c.hidden}, ParamClass::column);
     }
-    add("self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_dim, c.hidden},
-        ParamClass::replicated);
-    add("self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, ParamClass::replicated);
-    add("self_attn.kv_b_proj.weight", {c.heads * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank},
-        ParamClass::column);
-    add("self_attn.o_proj.weight", {c.hidden, c.heads * c.v_head_dim}, ParamClass::row);
+    l.add("self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_dim, c.hidden},
+          ParamClass::replicated, qkv_a);
+    l.add("self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, ParamClass::replicated);
+    l.add("self_attn.kv_b_proj.weight", {c.heads * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank},
+          ParamClass::column);
+    l.add("self_attn.o_proj.weight", {c.hidden, c.heads * c.v_head_dim}, ParamClass::row);
   } else {
     const int64_t hd = c.attention_head_dim();
-    add("self_attn.q_proj.weight", {c.heads * hd, c.hidden}, ParamClass::column);
-    add("self_attn.k_proj.weight", {c.key_value_heads() * hd, c.hidden}, ParamClass::kv_column);
-    add("self_attn.v_proj.weight", {c.key_value_heads() * hd, c.hidden}, ParamClass::kv_column);
-    add("self_attn.o_proj.weight", {c.hidden, c.heads * hd}, ParamClass::row);
-    add("self_attn.q_norm.weight", {hd}, ParamClass::replicated);
-    add("self_attn.k_norm.weight", {hd}, ParamClass::replicated);
+    const std::string_view qkv = "self_attn.qkv_proj.weight";
+    l.add("self_attn.q_proj.weight", {c.heads * hd, c.hidden}, ParamClass::column, qkv);
+    l.add("self_attn.k_proj.weight", {c.key_value_heads() * hd, c.hidden}, ParamClass::kv_column,
+          qkv);
+    l.add("self_attn.v_proj.weight", {c.key_value_heads() * hd, c.hidden}, ParamClass::kv_column,
+          qkv);
+    l.add("self_attn.o_proj.weight", {c.hidden, c.heads * hd}, ParamClass::row);
+    l.add("self_attn.q_norm.weight", {hd}, ParamClass::replicated);
+    l.add("self_attn.k_norm.weight", {hd}, ParamClass::replicated);
   }
-  add("post_attention_layernorm.weight", {c.hidden}, ParamClass::replicated);
+  l.add("post_attention_layernorm.weight", {c.hidden}, ParamClass::replicated);
   if (layer < c.dense_layers) {
-    add("mlp.gate_proj.weight", {c.ffn, c.hidden}, ParamClass::column);
-    add("mlp.up_proj.weight", {c.ffn, c.hidden}, ParamClass::column);
-    add("mlp.down_proj.weight", {c.hidden, c.ffn}, ParamClass::row);
+    add_gated_mlp(l, "mlp.", c.ffn, c.hidden);
     return;
   }
-  add("mlp.gate.weight", {c.experts, c.hidden}, ParamClass::replicated);
-  if (c.router_bias) add("mlp.gate.e_score_correction_bias", {c.experts}, ParamClass::replicated);
-  add("mlp.experts.gate_proj.weight", {c.experts, c.moe_ffn, c.hidden}, ParamClass::expert_column);
-  add("mlp.experts.up_proj.weight", {c.experts, c.moe_ffn, c.hidden}, ParamClass::expert_column);
-  add("mlp.experts.down_proj.weight", {c.experts, c.hidden, c.moe_ffn}, ParamClass::expert_row);
-  if (c.shared_experts > 0) {
-    const int64_t shared = c.shared_experts * c.moe_ffn;
-    add("mlp.shared_experts.gate_proj.weight", {shared, c.hidden}, ParamClass::column);
-    add("mlp.shared_experts.up_proj.weight", {shared, c.hidden}, ParamClass::column);
-    add("mlp.shared_experts.down_proj.weight", {c.hidden, shared}, ParamClass::row);
-  }
+  l.add("mlp.gate.weight", {c.experts, c.hidden}, ParamClass::replicated);
+  if (c.router_bias) l.add("mlp.gate.e_score_correction_bias", {c.experts}, ParamClass::replicated);
+  // vLLM's and SGLang's FusedMoE: w13 [E_local, 2*I/etp, H] holds gate then up on dim 1, w2
+  // [E_local, H, I/etp] down.
+  const std::string_view w13 = "mlp.experts.w13_weight", w2 = "mlp.experts.w2_weight";
+  l.add("mlp.experts.gate_proj.weight", {c.experts, c.moe_ffn, c.hidden}, ParamClass::expert_column,
+        w13, 1);
+  l.add("mlp.experts.up_proj.weight", {c.experts, c.moe_ffn, c.hidden}, ParamClass::expert_column,
+        w13, 1);
+  l.add("mlp.experts.down_proj.weight", {c.experts, c.hidden, c.moe_ffn}, ParamClass::expert_row,
+        w2);
+  if (c.shared_experts > 0)
+    add_gated_mlp(l, "mlp.shared_experts.", c.shared_experts * c.moe_ffn, c.hidden);
 }
 
 void add_layer(const ModelConfig& c, int64_t layer, std::vector<ModelParameter>& out) {
@@ -78,40 +109,34 @@ void add_layer(const ModelConfig& c, int64_t layer, std::vector<ModelParameter>&
     add_moe_layer(c, layer, out);
     return;
   }
-  const std::string p = fmt::format("layers.{}.", layer);
+  const LayerParameters l{fmt::format("layers.{}.", layer), layer, out};
   const int64_t head_dim = c.hidden / c.heads;
-  // `fused`: the serving buffer the parameter is a part of (stacked on dim 0), "" for none.
-  const auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamClass cls,
-                       std::string_view fused = "") {
-    out.push_back(parameter(p + name, std::move(shape), cls, layer));
-    if (!fused.empty()) out.back().fused = p + std::string(fused);
-  };
   if (c.arch == ModelArch::llama) {
-    add("attn_norm.weight", {c.hidden}, ParamClass::replicated);
-    add("attn.q.weight", {c.heads * head_dim, c.hidden}, ParamClass::column, "attn.qkv_proj");
-    add("attn.k.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column,
-        "attn.qkv_proj");
-    add("attn.v.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column,
-        "attn.qkv_proj");
-    add("attn.o.weight", {c.hidden, c.heads * head_dim}, ParamClass::row);
-    add("mlp_norm.weight", {c.hidden}, ParamClass::replicated);
-    add("mlp.gate.weight", {c.ffn, c.hidden}, ParamClass::column, "mlp.gate_up_proj");
-    add("mlp.up.weight", {c.ffn, c.hidden}, ParamClass::column, "mlp.gate_up_proj");
-    add("mlp.down.weight", {c.hidden, c.ffn}, ParamClass::row);
+    l.add("attn_norm.weight", {c.hidden}, ParamClass::replicated);
+    l.add("attn.q.weight", {c.heads * head_dim, c.hidden}, ParamClass::column, "attn.qkv_proj");
+    l.add("attn.k.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column,
+          "attn.qkv_proj");
+    l.add("attn.v.weight", {c.key_value_heads() * head_dim, c.hidden}, ParamClass::column,
+          "attn.qkv_proj");
+    l.add("attn.o.weight", {c.hidden, c.heads * head_dim}, ParamClass::row);
+    l.add("mlp_norm.weight", {c.hidden}, ParamClass::replicated);
+    l.add("mlp.gate.weight", {c.ffn, c.hidden}, ParamClass::column, "mlp.gate_up_proj");
+    l.add("mlp.up.weight", {c.ffn, c.hidden}, ParamClass::column, "mlp.gate_up_proj");
+    l.add("mlp.down.weight", {c.hidden, c.ffn}, ParamClass::row);
     return;
   }
-  add("attn_norm.weight", {c.hidden}, ParamClass::replicated);
-  add("attn_norm.bias", {c.hidden}, ParamClass::replicated);
-  add("attn.qkv.weight", {3 * c.hidden, c.hidden}, ParamClass::column);
-  add("attn.qkv.bias", {3 * c.hidden}, ParamClass::column_bias);
-  add("attn.o.weight", {c.hidden, c.hidden}, ParamClass::row);
-  add("attn.o.bias", {c.hidden}, ParamClass::replicated);
-  add("mlp_norm.weight", {c.hidden}, ParamClass::replicated);
-  add("mlp_norm.bias", {c.hidden}, ParamClass::replicated);
-  add("mlp.up.weight", {c.ffn, c.hidden}, ParamClass::column);
-  add("mlp.up.bias", {c.ffn}, ParamClass::column_bias);
-  add("mlp.down.weight", {c.hidden, c.ffn}, ParamClass::row);
-  add("mlp.down.bias", {c.hidden}, ParamClass::replicated);
+  l.add("attn_norm.weight", {c.hidden}, ParamClass::replicated);
+  l.add("attn_norm.bias", {c.hidden}, ParamClass::replicated);
+  l.add("attn.qkv.weight", {3 * c.hidden, c.hidden}, ParamClass::column);
+  l.add("attn.qkv.bias", {3 * c.hidden}, ParamClass::column_bias);
+  l.add("attn.o.weight", {c.hidden, c.hidden}, ParamClass::row);
+  l.add("attn.o.bias", {c.hidden}, ParamClass::replicated);
+  l.add("mlp_norm.weight", {c.hidden}, ParamClass::replicated);
+  l.add("mlp_norm.bias", {c.hidden}, ParamClass::replicated);
+  l.add("mlp.up.weight", {c.ffn, c.hidden}, ParamClass::column);
+  l.add("mlp.up.bias", {c.ffn}, ParamClass::column_bias);
+  l.add("mlp.down.weight", {c.hidden, c.ffn}, ParamClass::row);
+  l.add("mlp.down.bias", {c.hidden}, ParamClass::replicated);
 }
 
 // The spec of a parameter class on its mesh (mesh_of): tp (or ep) is mesh axis 1, replicas axis 0,

@@ -1,7 +1,8 @@
-"""Strided arrays as src and out: views into a serving engine's fused torch parameter (q, k, v in
+"""Strided arrays as src and out: views into a serving engine's fused torch parameters (q, k, v in
 qkv_proj) and transposed numpy arrays, passed through without a copy; every element of every
 whole buffer checked, so that nothing outside the views is touched."""
 import numpy as np
+import pytest
 import torch
 
 import meshcast as mc
@@ -64,3 +65,39 @@ def test_the_same_resharder_takes_contiguous_then_strided_outputs():
         assert np.array_equal(strided["q"][d], plain["q"][d])
         assert np.array_equal(wide[d][:, ::2], mc.shard(x, dst)[d])
         assert (wide[d][:, 1::2] == SENTINEL).all()
+
+
+def test_out_views_into_a_fused_moe_w13_parameter():
+    # A DeepSeek-V3-like model's routed experts, 4 of them: the trainer holds them over ep 2, the
+    # server over etp 2 (tp=2, ep=1), each serving device a w13 [E, 2*I/2, H] as vLLM's FusedMoE
+    # holds it: gate on rows 0..I/2, up after, one spare row and column around the views.
+    experts, inner, hidden = 4, 4, 8
+    b = mc.model_batch(arch="moe", dtype="float32", train="tp=2,ep=2", serve="tp=2",
+                       cluster=mc.Cluster(hosts=1, devices_per_host=2), hidden=hidden, layers=1,
+                       dense_layers=0, heads=2, experts=experts, moe_ffn=inner, shared_experts=0,
+                       q_lora_rank=4, kv_lora_rank=4, qk_nope_dim=2, qk_rope_dim=2, v_head_dim=2,
+                       ffn=8, vocab=8)
+    names = {p: f"model.layers.0.mlp.experts.{p}_proj.weight" for p in ("gate", "up")}
+    tensors = {name: b.tensors[name] for name in names.values()}
+    plan = mc.plan(tensors, cluster=b.cluster)
+    src = tensors[names["gate"]][2]
+    weights = {name: torch.arange(experts * inner * hidden, dtype=torch.float32)
+               .reshape(experts, inner, hidden) + 1000 * i for i, name in enumerate(names.values())}
+    half = inner // 2
+    w13 = {d: torch.nn.Parameter(torch.full((experts, 2 * half + 1, hidden + 1), SENTINEL),
+                                 requires_grad=False) for d in (2, 3)}
+    out = {names["gate"]: {d: w13[d].data[:, :half, :hidden] for d in (2, 3)},
+           names["up"]: {d: w13[d].data[:, half:2 * half, :hidden] for d in (2, 3)}}
+    assert not out[names["up"]][2].is_contiguous()
+    shards = {name: mc.shard(w, src) for name, w in weights.items()}
+    mc.Resharder(plan).run(shards, out)
+    for d, rank in ((2, 0), (3, 1)):
+        expected = torch.full_like(w13[d].data, SENTINEL)
+        for part, name in enumerate(names.values()):
+            rows = weights[name][:, rank * half:(rank + 1) * half]
+            expected[:, part * half:(part + 1) * half, :hidden] = rows
+        assert torch.equal(w13[d].data, expected), f"device {d}"
+    # Views that share an element are refused, interleaved or not.
+    out[names["up"]] = {d: w13[d].data[:, half - 1:2 * half - 1, :hidden] for d in (2, 3)}
+    with pytest.raises(ValueError, match="share memory"):
+        mc.Resharder(plan).run(shards, out)
