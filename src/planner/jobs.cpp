@@ -187,11 +187,17 @@ struct RailHost {
   std::vector<DeviceId> receivers;
 };
 
-// The receiving hosts of `t` (hosts ascending) when it can go by rails, else empty: no receiving
-// host holds the slice, and either every one has the same number g >= 2 of receivers, which are
-// its rails, or every one has g >= 2 NICs with devices, and its rails are a device on each of its
-// first g NICs (rails rule: local device l on NIC l mod K): a receiver on that NIC where there is
-// one, else the NIC's first device, which only relays. Without the second, a host with fewer
+// Whether a device of `host` holds the slice of `t`.
+bool host_holds(const Transfer& t, int host, const Cluster& cluster) {
+  return std::any_of(t.candidates.begin(), t.candidates.end(),
+                     [&](DeviceId d) { return cluster.host_of(d) == host; });
+}
+
+// The receiving hosts of `t` that do not hold its slice (hosts ascending) when the slice can go
+// to them by rails, else empty: either every one has the same number g >= 2 of receivers, which
+// are its rails, or every one has g >= 2 NICs with devices, and its rails are a device on each of
+// its first g NICs (rails rule: local device l on NIC l mod K): a receiver on that NIC where there
+// is one, else the NIC's first device, which only relays. Without the second, a host with fewer
 // receivers than NICs took everything through its receivers' NICs.
 std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster) {
   std::map<int, std::vector<DeviceId>> by_host;
@@ -200,9 +206,7 @@ std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster) {
   bool equal = true;
   int nics = std::numeric_limits<int>::max();  // the fewest NICs with devices of a host
   for (auto& [host, group] : by_host) {
-    if (std::any_of(t.candidates.begin(), t.candidates.end(),
-                    [&](DeviceId d) { return cluster.host_of(d) == host; }))
-      return {};
+    if (host_holds(t, host, cluster)) continue;
     std::sort(group.begin(), group.end());
     equal &= group.size() >= 2 && group.size() == by_host.begin()->second.size();
     nics = std::min(nics, std::min(cluster.nics_of(host), cluster.devices_per_host));
@@ -243,27 +247,31 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice, const Ra
             host.rails[i], {r}));
 }
 
-// Rail i of a slice that only one host holds leaves that host by its NIC i mod n (n: its NICs
-// with devices): only the holders on that NIC may send it, or, where none is, the NIC's first
-// device may stage it (Transfer::stage) unless it is in `senders` (with stages at holders, the
-// staged rails delay the slices they send of their own: the planner tries both). Else every rail
-// left by the holders' NICs while the host's other NICs idled. (The stage cannot simply join the
-// chain: the holder would hold its own send port as long as the stage's NIC hop takes, and the
-// rails would still leave one at a time.)
-void leave_by_rail(Transfer& rail, int i, const std::set<DeviceId>& senders,
+// Rail i of a slice leaves its holders' hosts by their NIC i mod n (n: a host's NICs with
+// devices), as on a rail-optimised fabric: only the holders on that NIC may send it, where some
+// are. Where none is and one host holds the slice, that NIC's first device may stage it
+// (Transfer::stage) unless it receives `whole` itself or is in `senders` (with stages at holders,
+// the staged rails delay the slices they send of their own: the planner tries both). Else the
+// balance could send every rail from one NIC's holders while the others idled. (A stage cannot
+// simply join the chain: the holder would hold its own send port as long as the stage's NIC hop
+// takes, and the rails would still leave one at a time.)
+void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
                    const Cluster& cluster) {
-  const int host = cluster.host_of(rail.candidates[0]);
-  if (std::any_of(rail.candidates.begin(), rail.candidates.end(),
-                  [&](DeviceId d) { return cluster.host_of(d) != host; }))
-    return;
-  const int nic = i % std::min(cluster.nics_of(host), cluster.devices_per_host);
+  const auto nic_of_rail = [&](int host) {
+    return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
+  };
   std::vector<DeviceId> on_nic;
   std::copy_if(rail.candidates.begin(), rail.candidates.end(), std::back_inserter(on_nic),
-               [&](DeviceId d) { return cluster.nic_of(d) == nic; });
-  const auto stage = static_cast<DeviceId>(host * cluster.devices_per_host + nic);
-  if (!on_nic.empty())
+               [&](DeviceId d) { return cluster.nic_of(d) == nic_of_rail(cluster.host_of(d)); });
+  if (!on_nic.empty()) {
     rail.candidates = std::move(on_nic);
-  else if (!senders.contains(stage))
+    return;
+  }
+  const int host = cluster.host_of(rail.candidates[0]);
+  const auto stage = static_cast<DeviceId>(host * cluster.devices_per_host + nic_of_rail(host));
+  if (std::all_of(rail.candidates.begin(), rail.candidates.end(),
+                  [&](DeviceId d) { return cluster.host_of(d) == host; }) &&
+      !senders.contains(stage) && !holds(whole.receivers, stage))
     rail.stage = stage;
 }
 
@@ -317,11 +325,15 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, senders, cluster);
+          leave_by_rail(rail, i, whole, senders, cluster);
           rail.splittable = false;
           part.transfers.push_back(std::move(rail));
         }
         for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, h, part.then);
+        // The receivers on hosts that hold the slice get it whole, over device links.
+        std::erase_if(whole.receivers,
+                      [&](DeviceId r) { return !host_holds(t, cluster.host_of(r), cluster); });
+        if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));
