@@ -7,6 +7,9 @@
 #include <set>
 
 #include "meshcast/layout/layout.h"
+#include "meshcast/plan/validate.h"
+#include "meshcast/planner/planner.h"
+#include "meshcast/sim/simulator.h"
 #include "meshcast/suites/bench.h"
 
 namespace meshcast {
@@ -109,6 +112,23 @@ TEST(RandomSuiteTest, TheSameSeedGivesTheSameCases) {
     EXPECT_EQ(a[i].problem, b[i].problem);
     EXPECT_EQ(a[i].description, b[i].description);
   }
+}
+
+// With 2 and 4 NICs per host, where plans lay rails through relays that receive nothing of their
+// own: every plan of balance order is valid and no faster than the lower bound, which counts every
+// NIC a host's devices can fill (small tensors, seeds the bench figures do not use).
+TEST(RandomSuiteTest, PlansOnSeveralNicsPerHostAreValidAndNeverBeatTheBound) {
+  int checked = 0;
+  for (int nics : {2, 4})
+    for (BenchCase& c : random_suite(201, 5)) {
+      c.problem.cluster.nics_per_host = nics;
+      const Plan plan = make_plan(c.problem, {.split = c.split});
+      ASSERT_NO_THROW(validate_plan(plan)) << nics << " NICs: " << c.description;
+      EXPECT_GE(simulate_time(plan.batch, plan.ops).time_s, plan.lower_bound_s * (1 - 1e-9))
+          << nics << " NICs: " << c.description;
+      ++checked;
+    }
+  EXPECT_EQ(checked, 10);
 }
 
 }  // namespace

@@ -141,6 +141,7 @@ std::vector<DeviceId> devices_of(const std::vector<Job>& jobs) {
     for (const Transfer& t : job.transfers) {
       devices.insert(devices.end(), t.candidates.begin(), t.candidates.end());
       devices.insert(devices.end(), t.receivers.begin(), t.receivers.end());
+      if (t.stage) devices.push_back(*t.stage);
     }
     for (const Op& op : job.then)
       devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
@@ -383,6 +384,9 @@ class OrderPlanner {
       const int home_host = cluster.host_of(sender);
       if (shape_ == Shape::chains) {
         consider({op_to(t.receivers, sender)}, {});
+        // Handed over the device link to the stage first, the slice leaves by the stage's NIC
+        // while the holder's send port is free again after a tenth of the time or so.
+        if (t.stage) consider({op_to({*t.stage}, sender), op_to(t.receivers, *t.stage)}, {-1, 0});
         std::vector<DeviceId> home, away;
         for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
         if (!home.empty() && !away.empty())

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "meshcast/sim/simulator.h"
 #include "timeline.h"
@@ -179,37 +180,119 @@ class Gathers {
   std::vector<Job> jobs_;
 };
 
-// The receivers of `t` by host (hosts and each host's devices ascending) when
-// it can go by rails: no receiving host holds the slice and every one has the
-// same number g >= 2 of receivers; else empty.
-std::vector<std::vector<DeviceId>> rail_groups(const Transfer& t, const Cluster& cluster) {
+// A receiving host of a transfer laid on rails: the device that takes each rail (part) into the
+// host, and the host's receivers.
+struct RailHost {
+  std::vector<DeviceId> rails;
+  std::vector<DeviceId> receivers;
+};
+
+// Whether a device of `host` holds the slice of `t`.
+bool host_holds(const Transfer& t, int host, const Cluster& cluster) {
+  return std::any_of(t.candidates.begin(), t.candidates.end(),
+                     [&](DeviceId d) { return cluster.host_of(d) == host; });
+}
+
+// The receiving hosts of `t` that do not hold its slice (hosts ascending) when the slice can go
+// to them by rails, else empty: either every one has the same number g >= 2 of receivers, which
+// are its rails, or every one has g >= 2 NICs with devices, and its rails are a device on each of
+// its first g NICs (rails rule: local device l on NIC l mod K): a receiver on that NIC where there
+// is one, else the NIC's first device, which only relays. Without the second, a host with fewer
+// receivers than NICs took everything through its receivers' NICs.
+std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster) {
   std::map<int, std::vector<DeviceId>> by_host;
   for (DeviceId r : t.receivers) by_host[cluster.host_of(r)].push_back(r);
-  std::vector<std::vector<DeviceId>> groups;
+  std::vector<RailHost> hosts;
+  bool equal = true;
+  int nics = std::numeric_limits<int>::max();  // the fewest NICs with devices of a host
   for (auto& [host, group] : by_host) {
-    const bool held = std::any_of(t.candidates.begin(), t.candidates.end(),
-                                  [&](DeviceId d) { return cluster.host_of(d) == host; });
-    if (held || group.size() < 2 || (!groups.empty() && group.size() != groups[0].size()))
-      return {};
+    if (host_holds(t, host, cluster)) continue;
     std::sort(group.begin(), group.end());
-    groups.push_back(std::move(group));
+    equal &= group.size() >= 2 && group.size() == by_host.begin()->second.size();
+    nics = std::min(nics, std::min(cluster.nics_of(host), cluster.devices_per_host));
+    hosts.push_back({group, group});
   }
-  return groups;
+  if (equal) return hosts;
+  if (nics < 2) return {};
+  for (RailHost& h : hosts) {
+    const int host = cluster.host_of(h.receivers[0]);
+    h.rails.clear();
+    for (int nic = 0; nic < nics; ++nic) {
+      const auto on_nic = std::find_if(h.receivers.begin(), h.receivers.end(),
+                                       [&](DeviceId r) { return cluster.nic_of(r) == nic; });
+      h.rails.push_back(on_nic != h.receivers.end()
+                            ? *on_nic
+                            : static_cast<DeviceId>(host * cluster.devices_per_host + nic));
+    }
+  }
+  return hosts;
+}
+
+// The ops that give every receiver of `host` the whole `slice` once part i of it (allgather_part
+// of rails.size() parts) has reached rail i: an allgather where the rails are the receivers, else
+// a send of each part from its rail to each other receiver.
+void gather_rails(const Batch& batch, const Job& job, const Box& slice, const RailHost& host,
+                  std::vector<Op>& then) {
+  if (host.rails == host.receivers) {
+    then.push_back(make_op(OpKind::allgather, {make_piece(batch, job.tensor, job.task, slice)},
+                           std::nullopt, host.receivers));
+    return;
+  }
+  const auto g = static_cast<int>(host.rails.size());
+  for (int i = 0; i < g; ++i)
+    for (DeviceId r : host.receivers)
+      if (r != host.rails[i])
+        then.push_back(make_op(
+            OpKind::send, {make_piece(batch, job.tensor, job.task, allgather_part(slice, g, i))},
+            host.rails[i], {r}));
+}
+
+// Rail i of a slice leaves its holders' hosts by their NIC i mod n (n: a host's NICs with
+// devices), as on a rail-optimised fabric: only the holders on that NIC may send it, where some
+// are. Where none is and one host holds the slice, that NIC's first device may stage it
+// (Transfer::stage) unless it receives `whole` itself or is in `senders` (with stages at holders,
+// the staged rails delay the slices they send of their own: the planner tries both). Else the
+// balance could send every rail from one NIC's holders while the others idled. (A stage cannot
+// simply join the chain: the holder would hold its own send port as long as the stage's NIC hop
+// takes, and the rails would still leave one at a time.)
+void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
+                   const Cluster& cluster) {
+  const auto nic_of_rail = [&](int host) {
+    return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
+  };
+  std::vector<DeviceId> on_nic;
+  std::copy_if(rail.candidates.begin(), rail.candidates.end(), std::back_inserter(on_nic),
+               [&](DeviceId d) { return cluster.nic_of(d) == nic_of_rail(cluster.host_of(d)); });
+  if (!on_nic.empty()) {
+    rail.candidates = std::move(on_nic);
+    return;
+  }
+  const int host = cluster.host_of(rail.candidates[0]);
+  const auto stage = static_cast<DeviceId>(host * cluster.devices_per_host + nic_of_rail(host));
+  if (std::all_of(rail.candidates.begin(), rail.candidates.end(),
+                  [&](DeviceId d) { return cluster.host_of(d) == host; }) &&
+      !senders.contains(stage) && !holds(whole.receivers, stage))
+    rail.stage = stage;
 }
 
 }  // namespace
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes) {
+                           int64_t min_round_bytes, bool stage_at_holders) {
   const Cluster& cluster = batch.cluster;
+  std::set<DeviceId> senders;  // the devices no stage may be at
+  if (!stage_at_holders)
+    for (const Job& job : jobs)
+      for (const Transfer& t : job.transfers)
+        senders.insert(t.candidates.begin(), t.candidates.end());
   std::vector<Job> out;
   for (const Job& job : jobs) {
     const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
                                          [](const Op& op) { return op.kind == OpKind::copy; });
     int64_t largest_rail = 0;  // bytes of the job's largest rail, 0 when it has none
     for (const Transfer& t : job.transfers) {
-      const auto groups = rail_groups(t, cluster);
-      const auto g = static_cast<int>(groups.empty() ? 0 : groups[0].size());
+      const auto hosts = rail_hosts(t, cluster);
+      const auto g = static_cast<int>(hosts.empty() ? 0 : hosts[0].rails.size());
       if (g >= 2 && !allgather_part(t.slice, g, g - 1).empty())
         largest_rail = std::max(largest_rail, t.bytes / g);
     }
@@ -230,8 +313,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         Transfer whole = t;
         whole.slice = allgather_part(t.slice, n, round);
         whole.bytes = whole.slice.volume() * element;
-        const auto groups = rail_groups(t, cluster);
-        const auto g = static_cast<int>(groups.empty() ? 0 : groups[0].size());
+        const auto hosts = rail_hosts(t, cluster);
+        const auto g = static_cast<int>(hosts.empty() ? 0 : hosts[0].rails.size());
         if (g < 2 || allgather_part(whole.slice, g, g - 1).empty()) {
           part.transfers.push_back(std::move(whole));
           continue;
@@ -241,14 +324,16 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.slice = allgather_part(whole.slice, g, i);
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
-          for (const auto& group : groups) rail.receivers.push_back(group[i]);
+          for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
+          leave_by_rail(rail, i, whole, senders, cluster);
           rail.splittable = false;
           part.transfers.push_back(std::move(rail));
         }
-        for (const auto& group : groups)
-          part.then.push_back(make_op(OpKind::allgather,
-                                      {make_piece(batch, job.tensor, job.task, whole.slice)},
-                                      std::nullopt, group));
+        for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, h, part.then);
+        // The receivers on hosts that hold the slice get it whole, over device links.
+        std::erase_if(whole.receivers,
+                      [&](DeviceId r) { return !host_holds(t, cluster.host_of(r), cluster); });
+        if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));

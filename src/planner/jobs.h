@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct Transfer {
   std::vector<DeviceId> receivers;   // ascending device ids
   std::vector<DeviceId> candidates;  // devices holding the slice, in mesh order
   bool splittable = false;           // may be cut into parts sent by different hosts
+  // A device of the holders' host that does not hold the slice, on a NIC no holder is on: balance
+  // order may also send the slice to it over the device link, and from it to the receivers.
+  std::optional<DeviceId> stage = {};
 };
 
 // The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
@@ -37,17 +41,20 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
                            Strategy strategy);
 
 // `jobs` laid on rails, where that applies: each job whose follow-ups are only copies and that has
-// a transfer into hosts that do not hold its slice, with g >= 2 receivers on every one of them,
-// is cut into up to `rounds` jobs (torch.chunk of each slice's longest dimension; fewer where a
-// slice is too short, or a round would have less than `min_round_bytes` per rail), and each such
-// transfer of a round into g rails: part i of the slice (allgather_part) goes by one op through
-// the i-th receiver of each host, then each host's receivers exchange the parts by an allgather.
-// Every receiving device then takes its share over its own NIC, so a host's receiving spreads
-// over all its NICs, where a chain through every device of a host holds all of them as relays
-// and so runs one at a time, over one NIC per hop; and one round's allgathers run while the next
-// round's rails arrive.
+// a transfer into hosts that do not hold its slice, with g >= 2 rails on every one of them (its g
+// receivers, or else a device on each of its first g NICs: rail_hosts in jobs.cpp), is cut into
+// up to `rounds` jobs (torch.chunk of each slice's longest dimension; fewer where a slice is too
+// short, or a round would have less than `min_round_bytes` per rail), and each such transfer of a
+// round into g rails: part i of the slice (allgather_part) goes by one op through the i-th rail of
+// each host, then each host's receivers exchange the parts by an allgather (or each rail sends
+// its part to the host's other receivers). So a host's receiving spreads over all its NICs, where
+// a chain through every device of a host holds all of them as relays and so runs one at a time,
+// over one NIC per hop, and a host with one receiver took everything through that one's NIC; and
+// one round's gathers run while the next round's rails arrive. A rail of a slice held on one host
+// leaves by the holders on the rail's NIC, or, where none is, may be staged at that NIC's first
+// device (Transfer::stage): only where that device holds no slice, or `stage_at_holders` anywhere.
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes);
+                           int64_t min_round_bytes, bool stage_at_holders);
 
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {

@@ -207,9 +207,11 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
     if (any_into_several_nics(batch, jobs))
-      try_candidate(detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
-                                      kRailRoundBuckets * default_bucket_bytes(batch.cluster)),
-                    options, detail::Shape::chains);
+      for (bool stage_at_holders : {false, true})
+        try_candidate(detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
+                                        kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+                                        stage_at_holders),
+                      options, detail::Shape::chains);
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
