@@ -45,9 +45,11 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
     return std::all_of(op.pieces.begin(), op.pieces.end(),
                        [&](const Piece& piece) { return sources.holds(sender, piece); });
   };
-  // The buckets that still take pieces, per kind and set of receivers (a bucket keeps the chain
-  // order of its first op): any of them whose sender holds a piece may carry it.
-  using Key = std::pair<OpKind, std::vector<DeviceId>>;
+  // The buckets that still take pieces, per kind, sender host and set of receivers (a bucket keeps
+  // the sender and chain order of its first op): any of them whose sender holds a piece may carry
+  // it. Only senders on one host share buckets, so that the balance modes' spreading of a host's
+  // sending over other hosts (and split parts from different hosts) stays.
+  using Key = std::tuple<OpKind, int, std::vector<DeviceId>>;
   std::map<Key, std::vector<size_t>> open;
   std::vector<Op> out;
   out.reserve(ops.size());
@@ -56,8 +58,8 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
       out.push_back(std::move(op));
       continue;
     }
-    Key key{op.kind, op.receivers};
-    std::sort(key.second.begin(), key.second.end());
+    Key key{op.kind, batch.cluster.host_of(*op.sender), op.receivers};
+    std::sort(std::get<2>(key).begin(), std::get<2>(key).end());
     std::vector<size_t>& buckets = open[std::move(key)];
     // A bucket too full for a piece is closed, as one that is sent (so the search stays short).
     std::erase_if(buckets, [&](size_t b) { return out[b].bytes + op.bytes > bucket_bytes; });

@@ -8,8 +8,8 @@
 
 namespace meshcast::detail {
 
-// Fuses sends and broadcasts smaller than `bucket_bytes` that go to the same set of receivers
-// into one op each (a bucket of pieces, packed in plan order, at most `bucket_bytes` in all) at
+// Fuses sends and broadcasts smaller than `bucket_bytes` from one host to the same set of
+// receivers into one op each (a bucket of pieces, packed in plan order, at most `bucket_bytes` in all) at
 // the position of the first of them, with its sender and chain order. Only pieces the bucket's
 // sender holds in its source tile are fused, so moving a piece earlier never sends what the
 // sender has not received yet. Small tensors whose ops the planner gave different holders or
