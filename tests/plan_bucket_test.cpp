@@ -1,5 +1,5 @@
-// Buckets: small sends and broadcasts that share a sender and a receiver chain travel as one
-// message of several pieces. The planner makes them, the validator, the estimate and the
+// Buckets: small sends and broadcasts to the same receivers travel as one message of several
+// pieces. The planner makes them, the validator, the estimate and the
 // simulator take them as one op, and plan documents list the pieces.
 #include <gtest/gtest.h>
 
@@ -109,6 +109,39 @@ TEST(BucketTest, ABucketPaysOneMessagesLatency) {
   ASSERT_GT(buckets_of(fused), 0);
   EXPECT_LT(simulate(fused).time_s, 0.5 * simulate(unfused).time_s);
   EXPECT_LT(estimate(fused), 0.5 * estimate(unfused));
+}
+
+// A trainer's pipeline stages each hold their layers' small replicated tensors (norms, router
+// biases) on several devices, and every serving device needs all of them: a chain through every
+// serving device, which each small tensor paid once (a latency per device). Any holder's chain
+// to the same receivers may carry another's pieces, so whatever sender and chain order the
+// planner picked for each tensor, a stage's small tensors travel in one bucket.
+TEST(BucketTest, SmallPiecesForOneSetOfReceiversShareABucketWhateverTheirSendersAndChains) {
+  Batch batch;
+  batch.cluster = Cluster::from_gbps(
+      {.hosts = 6, .devices_per_host = 4, .nic_gbps = 100, .dev_gbps = 900, .nics_per_host = 4});
+  const Mesh serving = Mesh::placed({4, 4}, 2, 4);
+  constexpr int kStages = 2;
+  constexpr int kPerStage = 12;
+  for (int stage = 0; stage < kStages; ++stage)
+    for (int i = 0; i < kPerStage; ++i) {
+      const Mesh trainer = Mesh::placed({4}, stage, 4);
+      const std::string layer = fmt::format("layers.{}.", stage * kPerStage + i);
+      batch.tensors.push_back({.name = layer + "norm.weight",
+                               .tensor = {.shape = {64}, .dtype = DType::float32},
+                               .src = {trainer, ShardingSpec::parse("R")},
+                               .dst = {serving, ShardingSpec::parse("R")}});
+    }
+  const Plan plan = make_plan(batch);
+  const Plan unfused = make_plan(batch, {.bucket_bytes = 0});
+  ASSERT_NO_THROW(validate_plan(plan));
+  EXPECT_EQ(pieces_of(plan), pieces_of(unfused));
+  // One message per stage (only a stage's devices hold its tensors), each paying the chain's
+  // latencies once.
+  const auto small = std::count_if(plan.ops.begin(), plan.ops.end(),
+                                   [](const Op& op) { return op.pieces[0].bytes < 1024; });
+  EXPECT_EQ(small, kStages);
+  EXPECT_LT(simulate(plan).time_s, 2.0 * kStages / kPerStage * simulate(unfused).time_s);
 }
 
 TEST(BucketTest, NegativeBucketBytesAreRefused) {

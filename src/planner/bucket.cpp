@@ -1,5 +1,6 @@
 #include "bucket.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -40,27 +41,37 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
                            int64_t chunk_bytes) {
   if (bucket_bytes <= 0) return ops;
   SourceTiles sources(batch);
-  using Key = std::tuple<OpKind, DeviceId, std::vector<DeviceId>>;
-  std::map<Key, size_t> open;  // the bucket that still takes pieces, per sender and chain
+  const auto holds_all = [&](DeviceId sender, const Op& op) {
+    return std::all_of(op.pieces.begin(), op.pieces.end(),
+                       [&](const Piece& piece) { return sources.holds(sender, piece); });
+  };
+  // The buckets that still take pieces, per kind, sender host and set of receivers (a bucket keeps
+  // the sender and chain order of its first op): any of them whose sender holds a piece may carry
+  // it. Only senders on one host share buckets, so that the balance modes' spreading of a host's
+  // sending over other hosts (and split parts from different hosts) stays.
+  using Key = std::tuple<OpKind, int, std::vector<DeviceId>>;
+  std::map<Key, std::vector<size_t>> open;
   std::vector<Op> out;
   out.reserve(ops.size());
   for (Op& op : ops) {
-    bool fusable =
-        (op.kind == OpKind::send || op.kind == OpKind::broadcast) && op.bytes < bucket_bytes;
-    for (const Piece& piece : op.pieces) fusable = fusable && sources.holds(*op.sender, piece);
-    if (!fusable) {
+    if ((op.kind != OpKind::send && op.kind != OpKind::broadcast) || op.bytes >= bucket_bytes) {
       out.push_back(std::move(op));
       continue;
     }
-    Key key{op.kind, *op.sender, op.receivers};
-    const auto it = open.find(key);
-    if (it != open.end() && out[it->second].bytes + op.bytes <= bucket_bytes) {
-      Op& bucket = out[it->second];
+    Key key{op.kind, batch.cluster.host_of(*op.sender), op.receivers};
+    std::sort(std::get<2>(key).begin(), std::get<2>(key).end());
+    std::vector<size_t>& buckets = open[std::move(key)];
+    // A bucket too full for a piece is closed, as one that is sent (so the search stays short).
+    std::erase_if(buckets, [&](size_t b) { return out[b].bytes + op.bytes > bucket_bytes; });
+    const auto it = std::find_if(buckets.begin(), buckets.end(),
+                                 [&](size_t b) { return holds_all(*out[b].sender, op); });
+    if (it != buckets.end()) {
+      Op& bucket = out[*it];
       bucket.pieces.insert(bucket.pieces.end(), op.pieces.begin(), op.pieces.end());
       bucket.bytes += op.bytes;
       continue;
     }
-    open[std::move(key)] = out.size();
+    if (holds_all(*op.sender, op)) buckets.push_back(out.size());
     out.push_back(std::move(op));
   }
   for (Op& op : out)

@@ -8,10 +8,14 @@
 
 namespace meshcast::detail {
 
-// Fuses sends and broadcasts smaller than `bucket_bytes` that share a sender and a receiver
-// chain into one op each (a bucket of pieces, packed in plan order, at most `bucket_bytes` in
-// all) at the position of the first of them. Only pieces the sender holds in its source tile are
-// fused, so moving a piece earlier never sends what the sender has not received yet. A bucket's
+// Fuses sends and broadcasts smaller than `bucket_bytes` from one host to the same set of
+// receivers into one op each (a bucket of pieces, packed in plan order, at most `bucket_bytes` in all) at
+// the position of the first of them, with its sender and chain order. Only pieces the bucket's
+// sender holds in its source tile are fused, so moving a piece earlier never sends what the
+// sender has not received yet. Small tensors whose ops the planner gave different holders or
+// chain orders (on several NICs, chains enter hosts at different devices) thus still fuse: a
+// chain pays a latency per device, so one chain per tensor through every serving device of a
+// large cluster costs more than all the tensors' bytes. A bucket's
 // broadcast chunk is chosen again for its size (`chunk_bytes` when > 0). 0 fuses nothing.
 std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t bucket_bytes,
                            int64_t chunk_bytes);
