@@ -6,15 +6,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <tuple>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/chain_window.h"
 #include "runtime_cases.h"
 
 namespace meshcast {
@@ -73,10 +76,15 @@ class Mailboxes {
   std::vector<std::vector<uint64_t>> completed_;
 };
 
+// The most sends of plan ops a device had posted and not yet seen complete, per device.
+struct SendsInFlight {
+  std::vector<int> most;
+};
+
 class InProcessTransport final : public Transport {
  public:
-  InProcessTransport(Mailboxes& boxes, int rank, int size)
-      : boxes_(boxes), rank_(rank), size_(size) {}
+  InProcessTransport(Mailboxes& boxes, int rank, int size, SendsInFlight* sends = nullptr)
+      : boxes_(boxes), rank_(rank), size_(size), sends_(sends) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int64_t max_tag() const override { return int64_t{1} << 30; }
@@ -87,27 +95,42 @@ class InProcessTransport final : public Transport {
   }
   void post_send(int peer, int tag, const std::byte* data, int64_t bytes, bool,
                  uint64_t cookie) override {
+    if (sends_ && tag < max_tag()) {  // a plan's op, not a control collective
+      sends_posted_.insert(cookie);
+      sends_->most[rank_] = std::max(sends_->most[rank_], static_cast<int>(sends_posted_.size()));
+    }
     boxes_.send(rank_, peer, tag, data, bytes, cookie);
   }
   void post_receive(int peer, int tag, std::byte* data, int64_t, uint64_t cookie) override {
     boxes_.receive(peer, rank_, tag, data, cookie);
   }
-  void poll(std::vector<uint64_t>& completed) override { boxes_.poll(rank_, completed); }
+  void poll(std::vector<uint64_t>& completed) override {
+    const size_t before = completed.size();
+    boxes_.poll(rank_, completed);
+    if (sends_)
+      for (size_t i = before; i < completed.size(); ++i)
+        if (const auto it = sends_posted_.find(completed[i]); it != sends_posted_.end())
+          sends_posted_.erase(it);
+  }
 
  private:
   Mailboxes& boxes_;
   int rank_, size_;
+  SendsInFlight* sends_;                  // counted when given
+  std::multiset<uint64_t> sends_posted_;  // cookies of this device's sends not seen complete
 };
 
 // Runs `body(executor, device)` on `devices` threads, each with its own executor.
+// With `sends`, each device's most sends in flight are counted there.
 void on_every_device(int devices, const std::function<void(Executor&, int)>& body,
-                     double timeout_s = 0) {
+                     double timeout_s = 0, SendsInFlight* sends = nullptr) {
   Mailboxes boxes(devices);
+  if (sends) sends->most.assign(devices, 0);
   std::vector<std::jthread> threads;
   for (int d = 0; d < devices; ++d)
     threads.emplace_back([&, d] {
       const auto executor = make_transport_executor(
-          std::make_shared<InProcessTransport>(boxes, d, devices), {.timeout_s = timeout_s});
+          std::make_shared<InProcessTransport>(boxes, d, devices, sends), {.timeout_s = timeout_s});
       body(*executor, d);
     });
 }
@@ -194,6 +217,33 @@ TEST(TransportExecutorTest, APeerThatNeverRunsTimesOutWithThePhaseAndThePeerName
         EXPECT_THROW(compiled->run(views), Error);
       },
       0.5);
+}
+
+// A chain hop keeps its link's bandwidth x round trip in flight: device 0 sends 40 chunks of
+// 8 KiB to device 2 on the other host over a 18.432 MB/s NIC with 1 ms latency each way, whose
+// 36,864 bytes per round trip are 4.5 chunks, so it keeps 5 sends posted at once (the old fixed
+// window kept 2, and moved 16 KiB per round trip). Device 2 forwards to device 3 on its own host.
+// Every element arrives.
+TEST(TransportExecutorTest, AChainHopKeepsItsLinksBandwidthTimesRoundTripInFlight) {
+  constexpr int64_t kRows = 40, kRowElements = 1024;  // float64: a row is 8 KiB
+  Resharding p = testing::float64_problem({kRows, kRowElements}, 2, 2,
+                                          Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")},
+                                          Layout{Mesh({2}, {2, 3}), ShardingSpec::parse("RR")});
+  p.cluster.nic_bandwidth = 18.432e6;
+  p.cluster.latency = 1e-3;
+  const int64_t row_bytes = kRowElements * 8;
+  const Plan plan = testing::plan_of(
+      p, {testing::hand_op(0, OpKind::broadcast, Box{{{0, kRows}, {0, kRowElements}}}, 0, {2, 3},
+                           row_bytes)});
+  ASSERT_EQ(chain_window(row_bytes, chain_hop_bandwidth(p.cluster, 0, 2), p.cluster.latency), 5);
+  SendsInFlight sends;
+  on_every_device(
+      kDevices,
+      [&](Executor& executor, int) {
+        EXPECT_EQ(testing::play_and_count_errors(executor, plan), 0);
+      },
+      0, &sends);
+  EXPECT_EQ(sends.most[0], 5);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/chain_window.h"
 
 namespace meshcast {
 namespace {
@@ -154,33 +155,61 @@ TEST(SimulatorTest, FastHopsOfAChainAddOnlyTheirOwnFill) {
   expect_time(simulate(plan).time_s, S / kNic + 3.0 * chunk / kDev + 4 * kLat);
 }
 
-TEST(SimulatorTest, ChunksShorterThanALatencyOnTheWirePayALatencyEach) {
-  // 2,500 chunks of 2,000 bytes (1.6 us on the NIC, less than the 5 us a message costs) to two
-  // hosts: the first chunk crosses both hops (a latency each, and its time on the faster of
-  // them), the other 2,499 follow one per latency, not at the NIC's rate.
+TEST(SimulatorTest, ChunksWhoseWindowFallsShortOfTheRoundTripMoveAWindowPerRoundTrip) {
+  // 5,000 chunks of 100 bytes to two hosts: a hop's bandwidth x round trip (1.25 GB/s x 10 us =
+  // 12,500 bytes) would take 125 chunks in flight, more than the executors keep (64), so after
+  // the first chunk has crossed both hops (a latency each, and its time on the faster of them)
+  // the other 4,999 follow 64 per round trip, not at the NIC's rate.
   Plan plan = plan_on(cluster(3));
-  const int64_t bytes = 5'000'000, chunk = 2'000;
+  const int64_t bytes = 500'000, chunk = 100;
   add(plan, op(OpKind::broadcast, 0, {4, 8}, bytes, chunk));
-  expect_time(simulate(plan).time_s, 2 * kLat + chunk / kNic + 2'499 * kLat);
-  // The same bytes in chunks of 12,500 (10 us on the NIC) stream at the NIC's rate.
+  expect_time(simulate(plan).time_s, 2 * kLat + chunk / kNic + 4'999 * 2 * kLat / 64);
+  // Chunks of 2,000 bytes (1.6 us on the NIC, less than a latency): 7 of them fill the round
+  // trip, and they stream at the NIC's rate.
   Plan wide = plan_on(cluster(3));
-  add(wide, op(OpKind::broadcast, 0, {4, 8}, bytes, 12'500));
-  expect_time(simulate(wide).time_s, 2 * kLat + 12'500 / kNic + bytes / kNic);
+  add(wide, op(OpKind::broadcast, 0, {4, 8}, bytes, 2'000));
+  EXPECT_EQ(chain_window(2'000, kNic, kLat), 7);
+  expect_time(simulate(wide).time_s, 2 * kLat + 2'000 / kNic + bytes / kNic);
   // OpTimer times the op alone the same way.
   EXPECT_NEAR(OpTimer(plan.batch).time_of(plan.ops[0]), simulate(plan).time_s, 1e-12);
 }
 
-TEST(SimulatorTest, AChainLimitedByItsMessageRateLeavesTheRestOfTheNicToOthers) {
-  // Host 0's NIC carries a chain of 2,000-byte chunks (at most 2,000 bytes per 5 us = 0.4 GB/s
-  // on average) and a send to host 3, which takes the remaining 0.85 GB/s while the chain runs,
-  // not the 0.625 GB/s of an equal share.
+TEST(SimulatorTest, ASendOverALinkWhoseRoundTripOutgrowsTheWindowMovesAWindowPerRoundTrip) {
+  // A 400 Gb/s NIC with a 10 us round trip needs 500 KB in flight: 8 chunks of kCrossHostChunk,
+  // and a send across hosts moves at the NIC's rate.
+  Cluster fast = cluster(2);
+  fast.nic_bandwidth = 50e9;
+  fast.device_bandwidth = 500e9;
+  fast.latency = 5e-6;
+  EXPECT_EQ(chain_window(kCrossHostChunk, fast.nic_bandwidth, fast.latency), 8);
+  const int64_t bytes = 1'000'000'000;
+  Plan plan = plan_on(fast);
+  add(plan, op(OpKind::send, 0, {4}, bytes));
+  expect_time(simulate(plan).time_s, fast.latency + bytes / fast.nic_bandwidth);
+  // With 1 ms each way it would need 100 MB in flight; the executors keep 64 chunks (4 MB), so
+  // the send's 15,501 chunks move 64 per 2 ms round trip after the first: 0.48 s, not the 20 ms
+  // of the NIC's rate.
+  Cluster far = fast;
+  far.latency = 1e-3;
+  Plan slow = plan_on(far);
+  add(slow, op(OpKind::send, 0, {4}, bytes));
+  const int64_t chunks = (bytes + kCrossHostChunk - 1) / kCrossHostChunk;
+  ASSERT_EQ(chunks, 15'501);
+  expect_time(simulate(slow).time_s, far.latency + (chunks - 1) * 2 * far.latency / 64);
+  EXPECT_NEAR(OpTimer(slow.batch).time_of(slow.ops[0]), simulate(slow).time_s, 1e-12);
+}
+
+TEST(SimulatorTest, AChainLimitedByItsWindowLeavesTheRestOfTheNicToOthers) {
+  // Host 0's NIC carries a chain of 50-byte chunks (64 per 10 us round trip = 0.32 GB/s) and a
+  // send to host 3, which takes the remaining 0.93 GB/s while the chain runs, not the 0.625 GB/s
+  // of an equal share.
   Plan plan = plan_on(cluster(4));
-  const int64_t bytes = 2'000'000, chunk = 2'000;
+  const int64_t bytes = 2'000'000, chunk = 50;
   add(plan, op(OpKind::broadcast, 0, {4, 8}, bytes, chunk));
   add(plan, op(OpKind::send, 1, {12}, bytes));
   const SimResult r = simulate(plan);
   const double chain_start = 2 * kLat + chunk / kNic;
-  const double chain_rate = bytes / (999.0 * kLat);
+  const double chain_rate = bytes * 64 / (39'999.0 * 2 * kLat);
   const double chain_end = chain_start + bytes / chain_rate;
   expect_time(r.ops[0].end_s, chain_end);
   // The send: alone from its latency to the chain's start, then beside it until it ends.

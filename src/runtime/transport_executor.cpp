@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "meshcast/plan/chain_window.h"
 #include "meshcast/plan/dependencies.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/runtime/buffer_table.h"
@@ -24,29 +25,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Chunk sends a chain hop keeps posted at once. Open MPI's TCP transport progresses all pending
-// sends to one peer together, so with every chunk posted the next hop gets its first chunk only
-// when nearly the whole message has arrived and the chain does not pipeline across relays
-// (docs/testbed.md). Two keeps the wire busy while bounding that.
+// The chunk sends a chain hop keeps posted at once, its window, follow the link's bandwidth x
+// round trip (chain_window in meshcast/plan/chain_window.h, which the simulator charges too):
+// fewer leave the wire idle while the hop waits for completions, a hop then moving only a window
+// per round trip. Not every chunk either: Open MPI's TCP transport progresses all pending sends
+// to one peer together, so with every chunk posted the next hop gets its first chunk only when
+// nearly the whole message has arrived and the chain does not pipeline across relays
+// (docs/testbed.md).
 //
-// It is also the most chunks a hop sends before the next hop has started the op: the first chunk
-// goes by a synchronous send, which completes once the next hop has posted its receive, and later
-// chunks wait for that. Small chunks are eager messages, whose send completes as soon as the bytes
-// are with the transport: without this a sender would push all its ops into the network at
-// once. A relay takes its ops one after another (it sends in each), so the bytes of its later
-// ops, from other senders, would share its host's NIC with the op it needs now and crowd it out,
-// while the relays that forward that op idle and fall behind (docs/executors.md).
-constexpr int kChainSendsInFlight = 2;
-// Chunk receives a chain hop keeps posted at once: every chunk of a planned chain (the planner
-// cuts a broadcast into about 64), while a long message in small chunks does not fill the
-// request array that every poll scans.
-constexpr int kChainReceivesPosted = 64;
-// Chunk of a message that crosses hosts when the plan gives none: below Open MPI's TCP eager limit
-// (64 KiB), so that no chunk needs a rendezvous handshake. A device that sends and receives over
-// one TCP connection at once queues its handshake replies behind its own data, and with large
-// messages one direction then waits for the other about half the time (an exchange of 8 MiB each
-// way over 300 Mbit/s: 0.23 s or 0.46 s); with chunks this size every run overlaps (0.23 s).
-constexpr int64_t kCrossHostChunk = 63 * 1024;
+// The window is also the most chunks a hop sends before the next hop has started the op: the
+// first chunk goes by a synchronous send, which completes once the next hop has posted its
+// receive, and later chunks wait for that. Small chunks are eager messages, whose send completes
+// as soon as the bytes are with the transport: without this a sender would push all its ops into
+// the network at once. A relay takes its ops one after another (it sends in each), so the bytes
+// of its later ops, from other senders, would share its host's NIC with the op it needs now and
+// crowd it out, while the relays that forward that op idle and fall behind (docs/executors.md).
+//
+// A hop keeps kChainMaxWindow chunk receives posted (every chunk of a planned chain, which the
+// planner cuts into about 64), so that every chunk in flight lands in a posted receive.
 
 // Where a rank reads or writes: its tile buffers (given at start), staging memory that holds
 // boxes for later ops, or scratch memory that packs one op's message.
@@ -88,8 +84,9 @@ struct RankOp {
   std::vector<LocalCopy> after;   // unpack from it, copy into the destination tile
   BufferRef message;
   int64_t bytes = 0;
-  int64_t chunk = 0;  // chain: bytes per pipelined piece
-  int prev = -1;      // chain neighbours, -1 at the ends
+  int64_t chunk = 0;             // chain: bytes per pipelined piece
+  int window = kChainMinWindow;  // chain: chunk sends in flight at once
+  int prev = -1;                 // chain neighbours, -1 at the ends
   int next = -1;
   bool next_remote = false;             // chain: the next device is on another host
   int group = -1;                       // bcast, allgather: the transport's group, if it has them
@@ -188,7 +185,7 @@ class TransportPlan final : public CompiledPlan {
   bool copies_itself_;  // the transport copies (device memory)
   int slot_;
   int rank_;
-  int devices_per_host_;
+  Cluster cluster_;             // the plan's: hosts, and each hop's bandwidth x round trip
   std::vector<int> elem_size_;  // per tensor
   BufferTable tiles_;
   // Staging boxes, then the scratch areas, in one block of the transport's memory.
@@ -432,7 +429,7 @@ TransportPlan::TransportPlan(const Plan& plan, TransportExecutor& executor, int 
       copies_itself_(transport_.copies_itself()),
       slot_(slot),
       rank_(transport_.rank()),
-      devices_per_host_(plan.batch.cluster.devices_per_host),
+      cluster_(plan.batch.cluster),
       tiles_(plan.batch, {transport_.rank()}) {
   for (const auto& t : plan.batch.tensors) elem_size_.push_back(dtype_size(t.tensor.dtype));
   const Placement placement = place_plan(plan);
@@ -509,8 +506,8 @@ void TransportPlan::compile_dependencies() {
     switch (op.action) {
       case Action::chain:
         chunks += op.chunks();
-        requests += (op.prev >= 0 ? std::min(op.chunks(), kChainReceivesPosted) : 0) +
-                    (op.next >= 0 ? kChainSendsInFlight : 0);
+        requests += (op.prev >= 0 ? std::min(op.chunks(), kChainMaxWindow) : 0) +
+                    (op.next >= 0 ? op.window : 0);
         break;
       case Action::bcast:
       case Action::allgather:
@@ -689,16 +686,13 @@ void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, int inde
       for (int p = 0; p < pieces; ++p)
         if (placed.pieces[p].spills[me])
           add_copy(out.after, *placed.pieces[p].spills[me], holder(p), dst_of(op.pieces[p]));
-    const auto host = [&](DeviceId d) { return d / devices_per_host_; };
-    const bool crosses_hosts = std::any_of(op.receivers.begin(), op.receivers.end(),
-                                           [&](DeviceId r) { return host(r) != host(*op.sender); });
-    const int64_t chunk = op.kind == OpKind::broadcast && op.chunk_bytes > 0 ? op.chunk_bytes
-                          : crosses_hosts ? std::min(out.bytes, kCrossHostChunk)
-                                          : out.bytes;
-    out.chunk = std::clamp<int64_t>(chunk, 1, transport_.max_message());
+    out.chunk = std::clamp<int64_t>(chain_chunk(op, cluster_), 1, transport_.max_message());
     out.prev = me == n ? -1 : (me == 0 ? *op.sender : op.receivers[me - 1]);
     out.next = me == n ? op.receivers[0] : (me + 1 < n ? op.receivers[me + 1] : -1);
-    out.next_remote = out.next >= 0 && host(out.next) != host(rank_);
+    out.next_remote = out.next >= 0 && cluster_.host_of(out.next) != cluster_.host_of(rank_);
+    if (out.next >= 0)
+      out.window =
+          chain_window(out.chunk, chain_hop_bandwidth(cluster_, rank_, out.next), cluster_.latency);
     if (bcast) {
       std::vector<int> members{*op.sender};
       members.insert(members.end(), op.receivers.begin(), op.receivers.end());
@@ -776,23 +770,23 @@ void TransportPlan::post_p2p_allgather(int i, std::byte* message) {
   }
 }
 
-// Posts what a chain hop may post now: the receives of the next chunks, up to
-// kChainReceivesPosted ahead of those received, and the sends of the chunks it has, in order (the
-// next hop's receives match them in order), at most kChainSendsInFlight at once and, until the
-// next hop has started the op, none past the first kChainSendsInFlight. A relay forwards each
+// Posts what a chain hop may post now: the receives of the next chunks, up to kChainMaxWindow
+// ahead of those received, and the sends of the chunks it has, in order (the next hop's receives
+// match them in order), at most its window at once and, until the next hop has started the op,
+// none past the first window. A relay forwards each
 // chunk as soon as it has it: the chain is pipelined.
 void TransportPlan::pump_chain(int i) {
   const RankOp& op = ops_[i];
   Progress& p = progress_[i];
   std::byte* message = resolve(op.message);
   while (op.prev >= 0 && p.next_receive < op.chunks() &&
-         p.next_receive - p.received < kChainReceivesPosted) {
+         p.next_receive - p.received < kChainMaxWindow) {
     const int c = p.next_receive++;
     transport_.post_receive(op.prev, op.tag, message + c * op.chunk, op.chunk_count(c),
                             RequestOwner{i, c}.cookie());
   }
-  while (op.next >= 0 && p.next_send < op.chunks() && p.sends_in_flight < kChainSendsInFlight &&
-         (p.next_hop_started || p.next_send < kChainSendsInFlight) &&
+  while (op.next >= 0 && p.next_send < op.chunks() && p.sends_in_flight < op.window &&
+         (p.next_hop_started || p.next_send < op.window) &&
          (op.prev < 0 || chunk_received_[chunk_begin_[i] + p.next_send])) {
     const int c = p.next_send++;
     // The first chunk waits for the next hop to start the op (below: senders wait for their

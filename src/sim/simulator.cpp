@@ -9,6 +9,7 @@
 
 #include "meshcast/dense_index.h"
 #include "meshcast/error.h"
+#include "meshcast/plan/chain_window.h"
 #include "meshcast/plan/dependencies.h"
 #include "network.h"
 
@@ -140,6 +141,11 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
     m.latency_s = chain.delay_s;
     m.max_rate = chain.max_rate;
   }
+  // What the executors do with a message the plan does not chunk (a send, or a broadcast without
+  // a chunk, across hosts): chunks of kCrossHostChunk, a window of them per round trip.
+  if (op.kind == OpKind::send || op.kind == OpKind::broadcast)
+    m.max_rate = std::min(m.max_rate, chain_window_limit(op.bytes, chain_chunk(op, cluster),
+                                                         hop_capacities, cluster.latency));
   // Merge repeated links into one usage of higher weight.
   std::sort(m.usages.begin(), m.usages.end(),
             [](const Usage& a, const Usage& b) { return a.link < b.link; });
@@ -500,12 +506,20 @@ ChainPipeline chain_pipeline(int64_t bytes, int64_t chunk,
   ChainPipeline chain{
       .delay_s = static_cast<double>(hop_capacities.size()) * latency + fill_s - slowest,
       .max_rate = std::numeric_limits<double>::infinity()};
-  // Each chunk is one message: while a hop forwards a chunk its next message is prepared, so the
-  // per-message cost hides behind the bytes unless chunks are shorter than a latency on the wire.
-  const int64_t chunks = message > 0 ? (bytes + message - 1) / message : 0;
-  if (chunks > 1 && latency > 0)
-    chain.max_rate = static_cast<double>(bytes) / (static_cast<double>(chunks - 1) * latency);
+  // Each chunk is one message, and each hop keeps its window of them in flight (the executors'
+  // rule): a window per round trip, at least the hop's rate when the window covers its bandwidth x
+  // round trip, less where it cannot.
+  chain.max_rate = chain_window_limit(bytes, message, hop_capacities, latency);
   return chain;
+}
+
+double chain_window_limit(int64_t bytes, int64_t chunk, const std::vector<double>& hop_capacities,
+                          double latency) {
+  double rate = std::numeric_limits<double>::infinity();
+  for (double capacity : hop_capacities)
+    rate = std::min(
+        rate, chain_window_rate(bytes, chunk, chain_window(chunk, capacity, latency), latency));
+  return rate;
 }
 
 SimResult simulate(const Plan& plan) {

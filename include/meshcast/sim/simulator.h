@@ -86,8 +86,9 @@ class OpTimer {
 // (at most `bytes`; 0 = one message), each one message, forwarded through hops of the given
 // capacities (bytes/s, in chain order) with `latency` per message. Before its flow moves, the op
 // pays `delay_s`: a latency per hop, and the first chunk's time on every hop but the slowest (the
-// fill). Its flow then moves at most at `max_rate`: a hop sends one message per latency at most,
-// so the chunks after the first take at least (chunks - 1) x latency (infinite for one chunk).
+// fill). Its flow then moves at most at `max_rate`: each hop keeps a window of chunks in flight
+// (chain_window: the hop's bandwidth x round trip, within its bounds), so after the first chunk
+// it moves a window per round trip (chain_window_limit; infinite for one chunk).
 // The simulator plays chains by it and the planner chooses chunks by it.
 struct ChainPipeline {
   double delay_s = 0;
@@ -95,6 +96,11 @@ struct ChainPipeline {
 };
 ChainPipeline chain_pipeline(int64_t bytes, int64_t chunk,
                              const std::vector<double>& hop_capacities, double latency);
+// The fastest `bytes` in chunks of `chunk` pass hops of the given capacities (bytes/s) with
+// `latency` each way, each hop keeping its window (chain_window) in flight: the slowest hop's
+// chain_window_rate.
+double chain_window_limit(int64_t bytes, int64_t chunk, const std::vector<double>& hop_capacities,
+                          double latency);
 
 // The `top` links that carried bytes, ordered by the time their bytes need at full bandwidth
 // (the bottlenecks first; ties by name). Pointers into `sim.links`.
