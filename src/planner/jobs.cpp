@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "meshcast/plan/chain_window.h"
 #include "meshcast/sim/simulator.h"
 #include "timeline.h"
 
@@ -478,20 +479,24 @@ int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_by
     const ChainPipeline chain = chain_pipeline(op.bytes, chunk, capacities, lat);
     return chain.delay_s + bytes / std::min(rate, chain.max_rate);
   };
-  // More chunks shorten the fill as long as a chunk is at least a latency on the slowest hop's
-  // wire (`wire_chunks`); beyond, each further message costs a latency, which pays only while
-  // the fill per byte is large against it (the optimum of fill + messages: `balanced`).
+  // More chunks shorten the fill as long as a hop's window covers its round trip, a chunk at least
+  // `per_chunk` on the slowest hop's wire (`wire_chunks`); beyond, each further message costs
+  // `per_chunk`, which pays only while the fill per byte is large against it (the optimum of
+  // fill + messages: `balanced`).
   // Chunks below 64 KiB only for messages under 2 MiB, and then at most 32: every chunk is a
   // message each relay must take and forward, and on a loaded host each may wait for the CPU
   // (docs/simulator.md), which the latency alone does not price.
+  // A hop moves at most a window of kChainMaxWindow chunks per round trip (chain_window).
+  const double per_chunk = 2 * lat / kChainMaxWindow;
   const double most = std::min(static_cast<double>(elements),
                                std::max(kMostSmallChunks, std::ceil(bytes / kSmallChunkBytes)));
-  const double wire_chunks = lat > 0 ? std::min(std::floor(bytes / (rate * lat)) + 1, most) : most;
+  const double wire_chunks =
+      lat > 0 ? std::min(std::floor(bytes / (rate * per_chunk)) + 1, most) : most;
   double fill_per_byte = -1 / rate;
   for (double capacity : capacities) fill_per_byte += 1 / capacity;
   std::vector<double> candidates{1, wire_chunks};
   if (lat > 0 && fill_per_byte > 0) {
-    const double balanced = std::sqrt(fill_per_byte * bytes / lat);
+    const double balanced = std::sqrt(fill_per_byte * bytes / per_chunk);
     if (balanced > wire_chunks)
       candidates.insert(candidates.end(), {std::min(std::floor(balanced), most),
                                            std::min(std::ceil(balanced), most)});
