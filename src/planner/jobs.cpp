@@ -460,7 +460,7 @@ int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_by
   DeviceId prev = *op.sender;
   for (DeviceId r : op.receivers) {
     capacities.push_back(prev == r ? std::numeric_limits<double>::infinity()
-                                   : hop_rate(cluster, prev, r));
+                                   : chain_hop_bandwidth(cluster, prev, r));
     prev = r;
   }
   const double rate = *std::min_element(capacities.begin(), capacities.end());

@@ -4,15 +4,6 @@
 
 namespace meshcast::detail {
 
-double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to) {
-  double rate = std::min(cluster.device_bandwidth_of(from), cluster.device_bandwidth_of(to));
-  const int a = cluster.host_of(from);
-  const int b = cluster.host_of(to);
-  if (a != b)
-    rate = std::min({rate, cluster.single_nic_bandwidth_of(a), cluster.single_nic_bandwidth_of(b)});
-  return rate;
-}
-
 namespace {
 
 // One id per NIC direction of the cluster.

@@ -13,9 +13,6 @@
 
 namespace meshcast::detail {
 
-// Bytes per second of one hop: device links, plus the two NICs it crosses between hosts.
-double hop_rate(const Cluster& cluster, DeviceId from, DeviceId to);
-
 // How long an op takes and which serial resources (device ports, NIC directions) it holds
 // meanwhile: its devices' send and receive ports, plus the NICs its hops cross. Durations are
 // the simulator's for the op alone (OpTimer). Resources are numbered densely over the devices
