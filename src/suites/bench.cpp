@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "meshcast/error.h"
+#include "meshcast/layout/layout.h"
 #include "meshcast/layout/sharding_spec.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
@@ -464,11 +465,53 @@ void shrink_tensor(Resharding& problem, int64_t bytes) {
   t.shape[0] = std::max<int64_t>(1, bytes / row_bytes);
 }
 
+namespace {
+
+// Rows of a side's largest tile (device 0's: torch.chunk's first), what a binding stacks by.
+int64_t first_tile_rows(const TensorSpec& tensor, const Layout& layout) {
+  return tile_at(tensor, layout, 0).dims[0].size();
+}
+
+// Moves each region stacked along its tensor's dim 0 back by the rows that the regions before it
+// in its buffer lost, so that a shrunk model's fused buffers shrink with it: q, k and v stay
+// packed in qkv_proj, without the full model's extents between them. `before`: the shapes
+// before shrinking. Regions in one lane (one buffer, the same offset outside that dim) keep
+// their order and gaps, so they cannot overlap where they did not.
+void restack_bindings(Batch& batch, const std::vector<TensorSpec>& before) {
+  for (const bool src : {true, false}) {
+    using Lane = std::pair<std::string, std::vector<int64_t>>;
+    std::map<Lane, std::vector<std::pair<int64_t, size_t>>> lanes;  // -> (offset, tensor)
+    for (size_t i = 0; i < batch.tensors.size(); ++i) {
+      const auto& binding = src ? batch.tensors[i].src_buffer : batch.tensors[i].dst_buffer;
+      if (!binding) continue;
+      const size_t d = binding->offset.size() - before[i].shape.size();
+      std::vector<int64_t> rest = binding->offset;
+      rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(d));
+      lanes[{binding->name, std::move(rest)}].emplace_back(binding->offset[d], i);
+    }
+    for (auto& [lane, members] : lanes) {
+      std::sort(members.begin(), members.end());
+      int64_t lost = 0;
+      for (const auto& [offset, i] : members) {
+        TensorResharding& t = batch.tensors[i];
+        const Layout& layout = src ? t.src : t.dst;
+        BufferBinding& binding = src ? *t.src_buffer : *t.dst_buffer;
+        binding.offset[binding.offset.size() - before[i].shape.size()] = offset - lost;
+        lost += first_tile_rows(before[i], layout) - first_tile_rows(t.tensor, layout);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void shrink_batch(Batch& batch, int64_t bytes) {
   const int64_t total = batch.bytes();
   if (bytes <= 0 || total <= bytes) return;
   const double factor = static_cast<double>(bytes) / static_cast<double>(total);
+  std::vector<TensorSpec> before;
   for (auto& t : batch.tensors) {
+    before.push_back(t.tensor);
     int64_t& rows = t.tensor.shape[0];
     // A dim 0 that both layouts cut evenly stays a multiple of their parts: shrinking a
     // column-parallel weight's 4096 rows to 11 would give the first of 8 tp shards twice the
@@ -479,6 +522,7 @@ void shrink_batch(Batch& batch, int64_t bytes) {
                1, std::llround(static_cast<double>(rows) * factor / static_cast<double>(parts))) *
            parts;
   }
+  restack_bindings(batch, before);
 }
 
 void fill_speedups(std::vector<BenchRow>& rows) {

@@ -143,6 +143,8 @@ void shrink_tensor(Resharding& problem, int64_t bytes);
 // Shrinks dim 0 of every tensor by one factor so that the batch has about `bytes` bytes (each
 // tensor keeps at least one row, and a dim 0 that both layouts split evenly into parts stays a
 // multiple of those parts, so that its shards stay even); no-op when it is already that small.
+// Regions bound into a buffer along a dim 0 move with the rows before them, so that the buffers
+// shrink with their tensors.
 void shrink_batch(Batch& batch, int64_t bytes);
 
 // Fills each row's speedup from the send_recv row of its case.
