@@ -2,8 +2,9 @@
 # The emulated cluster end to end (CTest label emucluster): 3 hosts x 4 ranks on shaped NICs; MPI
 # sees 3 nodes, calibration finds the shaped rate and shared memory inside a host, paper case 7
 # (scaled down) arrives intact with send_recv and broadcast under the MPI backend, also with 1% of
-# the packets lost (--loss-pct) and on fair NICs (--nic-queue fair), and nothing (namespace, veth,
-# bridge, process) is left behind, even on failure.
+# the packets lost (--loss-pct), on fair NICs (--nic-queue fair) and on two NICs per host
+# (--nics-per-host 2, each calibrated alone and both used), and nothing (namespace, veth, bridge,
+# process) is left behind, even on failure.
 # Usage: emucluster_test.sh path/to/scripts/emucluster path/to/meshcast
 # Exit 77 (CTest: skipped) with the reason printed when the machine cannot host the testbed.
 set -u
@@ -176,3 +177,44 @@ verify_case7 " on fair NICs"
 queues=$(ip netns exec "$NAME-h0" tc -s class show dev eth0 |
   awk '/^class htb 1:[0-9a-f]+ parent 1:1 / {leaf = 1; next} leaf && /Sent/ {if ($2 > 0) n++; leaf = 0} END {print n + 0}')
 if ((queues > 1)); then pass "fair NIC: host 0's flows went through $queues queues"; else fail "fair NIC: host 0's traffic went through $queues queue(s), expected one per flow"; fi
+
+# --- two NICs per host (--nics-per-host 2): each rank on its rail, each NIC calibrated alone -----
+# Each NIC carries the shaped rate on its own (16 MiB: two ranks per NIC fit a slope through 4 MiB
+# each much more noisily than the four of one NIC above); case 7 played on the calibrated two-NIC cluster
+# arrives intact, and host 0's four senders (two on each rail) send through both of its NICs.
+"$EMU" --name "$NAME" down
+bring_up --nics-per-host 2
+two_nics="$(mktemp -d)/testbed.json"
+if run_mpi "$MESHCAST" calibrate --nics-per-host 2 --message-bytes $((16 << 20)) --repeats 3 \
+  -o "$two_nics" >/dev/null 2>&1; then
+  rates=$(/usr/bin/python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(d["nics_per_host"], *[n["gbps"] for n in d["calibration"]["nics"]])' "$two_nics")
+  if awk -v m=$MBIT '{ ok = $1 == 2 && NF == 3; for (i = 2; i <= NF; i++) { x = $i * 1000 / m; ok = ok && x >= 0.75 && x <= 1.05 } exit !ok }' <<<"$rates"; then
+    pass "two NICs: nics_per_host and each NIC's Gbps ($rates) 0.75..1.05 of the shaped $MBIT Mbit/s"
+  else
+    fail "two NICs: calibration gave '$rates', expected 2 and two rates 0.75..1.05 of $MBIT Mbit/s"
+  fi
+  tx_before=$(for r in 0 1; do ip netns exec "$NAME-h0" cat "/sys/class/net/eth$r/statistics/tx_bytes"; done)
+  report=$(run_mpi "$MESHCAST" run --backend mpi --paper-case 7 --scale 256 --cluster "$two_nics" \
+    --iters 1 --warmup 0 --verify 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -qE "verify: 16777216 destination elements checked, 0 wrong$" <<<"$report"; then
+    pass "case 7 on two NICs: every destination element right"
+  else
+    fail "case 7 on two NICs: exit $rc: $report"
+  fi
+  sent=($(paste <(echo "$tx_before") <(for r in 0 1; do ip netns exec "$NAME-h0" cat "/sys/class/net/eth$r/statistics/tx_bytes"; done) | awk '{print $2 - $1}'))
+  # Case 7 sends host 0's 8 MiB tensor to the 8 devices of hosts 1 and 2: at least 8 MiB leave
+  # host 0, about half through each NIC when the ranks are on their rails (without the rail
+  # binding every byte would leave by one NIC and the other carry nothing).
+  if ((sent[0] > 2 << 20 && sent[1] > 2 << 20)); then
+    pass "case 7 on two NICs: host 0 sent ${sent[0]} B through eth0 and ${sent[1]} B through eth1"
+  else
+    fail "case 7 on two NICs: host 0 sent ${sent[0]} B through eth0 and ${sent[1]} B through eth1, expected more than 2 MiB each"
+  fi
+else
+  fail "calibrate --nics-per-host 2 failed"
+fi
+rm -rf "$(dirname "$two_nics")"
+check_no_processes "two NICs"

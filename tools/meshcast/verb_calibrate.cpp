@@ -25,6 +25,7 @@ struct CalibrateOptions {
   int64_t bytes = 16 << 20;  // per host (NIC) and per pair (intra-host), per repeat
   int repeats = 5;
   int pings = 200;
+  int nics = 1;        // NICs per host, device i of a host on NIC i mod nics; each measured alone
   std::string output;  // cluster JSON file; empty: none
   bool json = false;   // print the document instead of the text summary
 };
@@ -149,16 +150,19 @@ FittedRate fitted_rate(const CalibrateOptions& o, std::string_view what, Body&& 
   return f;
 }
 
-// One NIC, one way: host 0 sends `bytes` to host 1, spread over its ranks (local l to local l),
-// while the other hosts are idle. This is the figure the simulator's NIC is, one direction of one
-// NIC. Loading every host both ways at once would measure more than the NIC where the hosts
-// share a machine (an emulated cluster): there the ranks' copies and the kernel's packet
-// processing of all hosts compete for the same cores, and a rank that sends and receives at once
-// progresses both more slowly (docs/testbed.md#calibration-meshcast-calibrate).
-FittedRate nic_rate(const Placement& p, const CalibrateOptions& o) {
-  std::vector<char> buffer((o.bytes + p.per_host - 1) / p.per_host, 1);
-  return fitted_rate(o, "NIC", [&](int64_t bytes) {
-    const int per_rank = static_cast<int>((bytes + p.per_host - 1) / p.per_host);
+// One NIC, one way: host 0 sends `bytes` to host 1, spread over the ranks on NIC `nic` (local l
+// to local l, for every l with l mod nics == nic), while the other NICs and hosts are idle. This is
+// the figure the simulator's NIC is, one direction of one NIC. Loading every host both ways at once
+// would measure more than the NIC where the hosts share a machine (an emulated cluster): there the
+// ranks' copies and the kernel's packet processing of all hosts compete for the same cores, and a
+// rank that sends and receives at once progresses both more slowly
+// (docs/testbed.md#calibration-meshcast-calibrate).
+FittedRate nic_rate(const Placement& p, const CalibrateOptions& o, int nic) {
+  const int on_nic = (p.per_host - nic + o.nics - 1) / o.nics;  // ranks of a host on this NIC
+  std::vector<char> buffer((o.bytes + on_nic - 1) / on_nic, 1);
+  return fitted_rate(o, fmt::format("NIC {}", nic), [&](int64_t bytes) {
+    const int per_rank = static_cast<int>((bytes + on_nic - 1) / on_nic);
+    if (p.local() % o.nics != nic) return;
     if (p.host() == 0)
       MPI_Send(buffer.data(), per_rank, MPI_BYTE, p.rank_of(1, p.local()), 0, MPI_COMM_WORLD);
     else if (p.host() == 1)
@@ -220,11 +224,24 @@ void calibrate(const CalibrateOptions& o) {
         "(run it with scripts/emucluster mpirun -np H*G)",
         p.per_host, p.host_names[0]));
 
+  if (o.nics > p.per_host)
+    throw InvalidArgument(fmt::format(
+        "calibrate: bad --nics-per-host {}: expected at most the {} ranks of a host (each NIC "
+        "is measured through the ranks on it)",
+        o.nics, p.per_host));
+
   Cluster cluster;
   cluster.hosts = p.hosts();
   cluster.devices_per_host = p.per_host;
-  const FittedRate nic = nic_rate(p, o);
-  cluster.nic_bandwidth = nic.bytes_per_s;
+  cluster.nics_per_host = o.nics;
+  std::vector<FittedRate> nics;
+  std::vector<double> rates;
+  for (int nic = 0; nic < o.nics; ++nic) {
+    nics.push_back(nic_rate(p, o, nic));
+    rates.push_back(nics.back().bytes_per_s);
+  }
+  // The simulator has one rate per NIC: the median NIC's (every NIC's own is in the document).
+  cluster.nic_bandwidth = median(rates);
   std::vector<double> dev;
   if (p.per_host >= 2) {
     dev = device_samples(p, o);
@@ -238,10 +255,14 @@ void calibrate(const CalibrateOptions& o) {
   doc["calibration"] = {{"host_names", p.host_names},
                         {"bytes", {small_bytes(o), o.bytes}},
                         {"repeats", o.repeats},
-                        {"nic_seconds", {nic.small_seconds, nic.large_seconds}},
+                        {"nic_seconds", {nics[0].small_seconds, nics[0].large_seconds}},
+                        {"nics", nlohmann::json::array()},
                         {"dev_seconds", dev},
                         {"dev_measured", !dev.empty()},
                         {"pings", o.pings}};
+  for (const FittedRate& nic : nics)
+    doc["calibration"]["nics"].push_back(
+        {{"gbps", nic.bytes_per_s * 8 / 1e9}, {"seconds", {nic.small_seconds, nic.large_seconds}}});
   if (!o.output.empty()) write_text_file(o.output, doc.dump(2) + "\n");
   if (o.json) {
     std::cout << doc.dump() << '\n';
@@ -251,11 +272,16 @@ void calibrate(const CalibrateOptions& o) {
              fmt::join(p.host_names, ", "));
   const auto sizes = fmt::format("{} and {}", human_bytes(static_cast<double>(small_bytes(o))),
                                  human_bytes(static_cast<double>(o.bytes)));
-  fmt::print(
-      "  NIC         {:.4f} GB/s ({:.0f} Mbit/s)  slope of {} from host {} to {}, one way, "
-      "medians of {}\n",
-      cluster.nic_bandwidth / 1e9, cluster.nic_bandwidth * 8 / 1e6, sizes, p.host_names[0],
-      p.host_names[1], o.repeats);
+  for (int nic = 0; nic < o.nics; ++nic)
+    fmt::print(
+        "  NIC{}        {:.4f} GB/s ({:.0f} Mbit/s)  slope of {} from host {} to {}, one way, "
+        "medians of {}\n",
+        o.nics > 1 ? std::to_string(nic) : std::string(" "), rates[nic] / 1e9, rates[nic] * 8 / 1e6,
+        sizes, p.host_names[0], p.host_names[1], o.repeats);
+  if (o.nics > 1)
+    fmt::print(
+        "  NICs        {} per host, device i on NIC i mod {}; kept the median, {:.0f} Mbit/s\n",
+        o.nics, o.nics, cluster.nic_bandwidth * 8 / 1e6);
   if (dev.empty())
     fmt::print("  intra-host  not measured (1 rank per host); kept {:.3f} GB/s\n",
                cluster.device_bandwidth / 1e9);
@@ -285,6 +311,11 @@ void add_calibrate_verb(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(1));
   verb->add_option("--pings", options->pings, "Round trips per latency sample")
+      ->capture_default_str()
+      ->check(in_range(1));
+  verb->add_option("--nics-per-host", options->nics,
+                   "NICs per host, device i of a host on NIC i mod this: each NIC is measured "
+                   "alone and the median NIC's rate kept")
       ->capture_default_str()
       ->check(in_range(1));
   verb->add_option("-o,--output", options->output, "Write the cluster JSON to this file");
