@@ -23,6 +23,7 @@
 #include "meshcast/runtime/executors.h"
 #include "meshcast/runtime/transport.h"
 #include "meshcast/sim/simulator.h"
+#include "meshcast/suites/bench.h"
 #include "meshcast/suites/model.h"
 
 namespace py = pybind11;
@@ -104,12 +105,10 @@ std::string alpa_spec(const py::handle& layout, int tensor_rank) {
 using TensorArgs =
     std::tuple<std::string, std::vector<int64_t>, std::string, py::object, py::object>;
 
-// mc.plan of one tensor (`batched` false: errors name "src"/"dst" as before) or of a batch.
-Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle& cluster,
-          const std::string& strategy, const std::optional<std::string>& balance, bool split,
-          int64_t chunk_bytes, double search_effort, std::optional<int64_t> bucket_bytes) {
+// The tensors of mc.plan as a batch, on no cluster yet (`batched` false: errors name "src"/"dst"
+// without the tensor).
+Batch to_batch(const std::vector<TensorArgs>& tensors, bool batched) {
   Batch batch;
-  batch.cluster = to_cluster(cluster);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, shape, dtype, src, dst] = tensors[i];
     const std::string where = batched ? fmt::format("tensors[{}] '{}': ", i, name) : "";
@@ -129,6 +128,15 @@ Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle
     }
     batch.tensors.push_back(std::move(t));
   }
+  return batch;
+}
+
+// mc.plan of one tensor (`batched` false: errors name "src"/"dst" as before) or of a batch.
+Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle& cluster,
+          const std::string& strategy, const std::optional<std::string>& balance, bool split,
+          int64_t chunk_bytes, double search_effort, std::optional<int64_t> bucket_bytes) {
+  Batch batch = to_batch(tensors, batched);
+  batch.cluster = to_cluster(cluster);
   PlanOptions options{.strategy = parse_strategy(strategy),
                       .split = split,
                       .chunk_bytes = chunk_bytes,
@@ -140,6 +148,17 @@ Plan plan(const std::vector<TensorArgs>& tensors, bool batched, const py::handle
   if (search_effort < 0)
     throw InvalidArgument(fmt::format("bad search_effort {}: expected >= 0", search_effort));
   return batched ? make_plan(batch, options) : make_plan(batch.resharding(0), options);
+}
+
+// mc.shrink_batch: the shapes of the batch's tensors once shrink_batch made it about `bytes` bytes.
+std::vector<std::vector<int64_t>> shrunk_shapes(const std::vector<TensorArgs>& tensors,
+                                                int64_t bytes) {
+  if (bytes <= 0) throw InvalidArgument(fmt::format("bad bytes {}: expected > 0", bytes));
+  Batch batch = to_batch(tensors, true);
+  shrink_batch(batch, bytes);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& t : batch.tensors) shapes.push_back(t.tensor.shape);
+  return shapes;
 }
 
 // A library Layout as mc.Layout's parts: (mesh shape, mesh devices, Alpa spec).
@@ -777,6 +796,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &plan, py::arg("tensors"), py::arg("batched"), py::arg("cluster"),
         py::arg("strategy"), py::arg("balance"), py::arg("split"), py::arg("chunk_bytes"),
         py::arg("search_effort"), py::arg("bucket_bytes"));
+  m.def("shrunk_shapes", &shrunk_shapes, py::arg("tensors"), py::arg("bytes"));
   m.def("model_batch", &model_batch_parts, py::arg("arch"), py::arg("preset"),
         py::arg("dimensions"), py::arg("dtype"), py::arg("train"), py::arg("serve"),
         py::arg("cluster"));

@@ -212,20 +212,23 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster {cluster!r}: expected an mc.Cluster")
     if tensors is None:
-        entries = [("tensor", shape, dtype, src, dst)]
-    elif not isinstance(tensors, dict) or not tensors:
-        raise TypeError(f"tensors: expected a non-empty dict {{name: (shape, dtype, src, dst)}}")
+        checked = _checked([("tensor", shape, dtype, src, dst)], "")
     elif any(v is not None for v in (shape, dtype, src, dst)):
         raise TypeError("plan(): give either tensors= or shape=, dtype=, src=, dst=, not both")
     else:
-        entries = []
-        for name, entry in tensors.items():
-            if not isinstance(entry, (tuple, list)) or len(entry) != 4:
-                raise TypeError(f"tensors[{name!r}]: {entry!r}, expected (shape, dtype, src, dst)")
-            entries.append((str(name), *entry))
+        checked = _checked_batch(tensors)
+    return _core.plan(checked, tensors is not None, cluster, str(strategy),
+                      None if balance is None else str(balance), bool(split),
+                      _integer(chunk_bytes, "chunk_bytes"), _number(search_effort, "search_effort"),
+                      None if bucket_bytes is None else _integer(bucket_bytes, "bucket_bytes"))
+
+
+def _checked(entries, where_prefix):
+    """(name, shape, dtype name, src, dst) of each (name, shape, dtype, src, dst), checked; errors
+    name the tensor as tensors['name'] unless `where_prefix` is ""."""
     checked = []
     for name, shape_, dtype_, src_, dst_ in entries:
-        where = "" if tensors is None else f"tensors[{name!r}]: "
+        where = f"{where_prefix}[{name!r}]: " if where_prefix else ""
         if shape_ is None or dtype_ is None:
             raise TypeError(f"{where}shape and dtype are required")
         for side, value in (("src", src_), ("dst", dst_)):
@@ -233,10 +236,30 @@ def plan(tensors=None, *, shape=None, dtype=None, src=None, dst=None, cluster, s
                 raise TypeError(f"{where}{side} {value!r}: expected an mc.Layout")
         checked.append((name, _shape(shape_, f"{where}shape"), _dtype_name(dtype_, f"{where}dtype"),
                         src_, dst_))
-    return _core.plan(checked, tensors is not None, cluster, str(strategy),
-                      None if balance is None else str(balance), bool(split),
-                      _integer(chunk_bytes, "chunk_bytes"), _number(search_effort, "search_effort"),
-                      None if bucket_bytes is None else _integer(bucket_bytes, "bucket_bytes"))
+    return checked
+
+
+def _checked_batch(tensors):
+    """The checked entries of a batch {name: (shape, dtype, src, dst)}."""
+    if not isinstance(tensors, dict) or not tensors:
+        raise TypeError(f"tensors: expected a non-empty dict {{name: (shape, dtype, src, dst)}}")
+    entries = []
+    for name, entry in tensors.items():
+        if not isinstance(entry, (tuple, list)) or len(entry) != 4:
+            raise TypeError(f"tensors[{name!r}]: {entry!r}, expected (shape, dtype, src, dst)")
+        entries.append((str(name), *entry))
+    return _checked(entries, "tensors")
+
+
+def shrink_batch(tensors, bytes):
+    """The batch {name: (shape, dtype, src, dst)} with dim 0 of every tensor shrunk by one factor
+    so that it has about `bytes` bytes, as `meshcast bench --bytes` shrinks a model: each tensor
+    keeps at least one row, and a dim 0 that both layouts split evenly stays a multiple of their
+    parts (its shards stay even). A new dict, in the same order; unchanged when already that
+    small."""
+    checked = _checked_batch(tensors)
+    shapes = _core.shrunk_shapes(checked, _integer(bytes, "bytes"))
+    return {name: (tuple(shape), *entry[1:]) for (name, entry), shape in zip(tensors.items(), shapes)}
 
 
 class ModelBatch:

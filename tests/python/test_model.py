@@ -46,6 +46,43 @@ def test_model_batch_runs_every_element():
             assert np.array_equal(out[name][d], tile), f"{name} on device {d}"
 
 
+def test_shrink_batch_keeps_even_shards_and_runs_every_element():
+    b = mc.model_batch(**GPT, train="tp=2,dp=2", serve="tp=4",
+                       cluster=mc.Cluster(hosts=1, devices_per_host=4))
+    full = sum(int(np.prod(shape)) * 4 for shape, *_ in b.tensors.values())
+    small = mc.shrink_batch(b.tensors, full // 4)
+    assert list(small) == list(b.tensors)
+
+    def rows(layout, shape):  # the distinct row counts of the layout's tiles
+        return {hi - lo for (lo, hi), *_ in layout.tiles(shape).values()}
+    shrunk = evenly_split = 0
+    for name, (shape, dtype, src, dst) in small.items():
+        before = b.tensors[name]
+        assert (dtype, src, dst) == before[1:] and shape[1:] == before[0][1:], name
+        assert 1 <= shape[0] <= before[0][0], name
+        # A dim 0 both layouts split evenly before, they split evenly after.
+        if all(len(rows(layout, before[0])) == 1 for layout in (src, dst)):
+            evenly_split += 1
+            assert all(len(rows(layout, shape)) == 1 for layout in (src, dst)), name
+        shrunk += int(np.prod(shape)) * 4
+    assert evenly_split > 0 and shrunk < full // 2
+    # Shrinking to more than the batch has changes nothing.
+    assert {n: t[0] for n, t in mc.shrink_batch(b.tensors, full).items()} == \
+        {n: t[0] for n, t in b.tensors.items()}
+    plan = mc.plan(small, cluster=b.cluster)
+    weights = {name: (np.arange(int(np.prod(shape))) * 7 + i).astype(dtype).reshape(shape)
+               for i, (name, (shape, dtype, _, _)) in enumerate(small.items())}
+    out = mc.Resharder(plan).run({name: mc.shard(weights[name], src)
+                                  for name, (_, _, src, _) in small.items()})
+    for name, (_, _, _, dst) in small.items():
+        for d, tile in mc.shard(weights[name], dst).items():
+            assert np.array_equal(out[name][d], tile), f"{name} on device {d}"
+    with pytest.raises(ValueError, match="bad bytes 0: expected > 0"):
+        mc.shrink_batch(b.tensors, 0)
+    with pytest.raises(TypeError, match="expected a non-empty dict"):
+        mc.shrink_batch({}, 100)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(heads=5), "bad heads 5"),
     (dict(arch="bert"), "bert"),
