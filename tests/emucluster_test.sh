@@ -155,6 +155,29 @@ verify_case7() {  # verify_case7 LABEL
 }
 verify_case7 ""
 
+# --- a torch.distributed job across the hosts: one torchrun node per host (emucluster torchrun) ---
+# gloo between the namespaces; a chain of 1 MiB from host 0 through the others, every element of
+# every receiver checked by the bench (it raises, and torchrun exits non-zero, on a wrong one).
+if ! /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
+  echo "SKIPPED torchrun: /usr/bin/python3 has no torch.distributed"
+elif [[ $calibrate_rc -ne 0 ]]; then
+  fail "torchrun: not run, calibrate failed"
+else
+  cluster_file=$(mktemp)
+  echo "$calibration" | grep -o '{.*}' | tail -1 >"$cluster_file"
+  report=$(PYTHONPATH="$(dirname "$MESHCAST")/../../python" timeout -k 5 $STEP_TIMEOUT "$EMU" --name "$NAME" \
+    torchrun --nproc-per-node 1 --port 29511 "$(dirname "$EMU")/../bench/chain_torch.py" \
+    --bytes $((1 << 20)) --chunk-bytes 65536 --iters 1 --methods chain --cluster "$cluster_file" 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -q '"verified_runs": 4' <<<"$report"; then
+    pass "torchrun: a chain over gloo through $HOSTS hosts, every element right"
+  else
+    fail "torchrun: exit $rc: $report"
+  fi
+  rm -f "$cluster_file"
+  check_no_processes torchrun
+fi
+
 # --- the same with 1% of the packets every host sends lost (docs/reliability.md) -----------------
 # TCP retransmits; the runs still complete within the step timeout and every element is right.
 # (A 20 ms delay needs the netem qdisc: docs/reliability.md says where it is missing.)
