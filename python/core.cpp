@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -524,6 +525,13 @@ struct HereTile {
 // Timeout, any other: Error, its message kept), which wait() raises again in Python.
 class PyTransport final : public Transport {
  public:
+  // A counter the Python side raises after each completion or error it records (watch_events):
+  // poll() enters Python only when it changed. An executor with nothing to do polls every few
+  // microseconds; taking the GIL and calling Python each time made every waiting rank of a job
+  // (16 on 2 cores on the emulated cluster) burn a core's share, slowing the ranks that move
+  // bytes.
+  void watch_events(uintptr_t counter) { events_ = reinterpret_cast<uint64_t*>(counter); }
+
   int rank() const override { return call<int>("rank"); }
   int size() const override { return call<int>("size"); }
   int64_t max_tag() const override { return call<int64_t>("max_tag"); }
@@ -532,6 +540,7 @@ class PyTransport final : public Transport {
   std::string launch_hint(int devices) const override {
     return call<std::string>("launch_hint", devices);
   }
+  bool rendezvous_sends() const override { return call<bool>("rendezvous_sends"); }
   void post_send(int peer, int tag, const std::byte* data, int64_t bytes, bool synchronous,
                  uint64_t cookie) override {
     call<void>("post_send", peer, tag, reinterpret_cast<uintptr_t>(data), bytes, synchronous,
@@ -541,6 +550,11 @@ class PyTransport final : public Transport {
     call<void>("post_receive", peer, tag, reinterpret_cast<uintptr_t>(data), bytes, cookie);
   }
   void poll(std::vector<uint64_t>& completed) override {
+    if (events_) {
+      const uint64_t events = std::atomic_ref<uint64_t>(*events_).load(std::memory_order_acquire);
+      if (events == events_seen_) return;
+      events_seen_ = events;
+    }
     py::gil_scoped_acquire gil;
     guarded([&] {
       for (const py::handle cookie : method("poll")()) completed.push_back(cookie.cast<uint64_t>());
@@ -564,6 +578,8 @@ class PyTransport final : public Transport {
   }
 
  private:
+  uint64_t* events_ = nullptr;  // watch_events' counter, null: poll every time
+  uint64_t events_seen_ = 0;
   py::function method(const char* name) const {
     py::function f = py::get_override(static_cast<const Transport*>(this), name);
     if (!f) throw Error(fmt::format("the Python transport has no method {}()", name));
@@ -788,7 +804,14 @@ PYBIND11_MODULE(_core, m) {
   py::register_exception<Timeout>(m, "Timeout", PyExc_TimeoutError);
 
   // Subclassed in Python by meshcast._torch.TorchTransport.
-  py::class_<Transport, PyTransport, std::shared_ptr<Transport>>(m, "Transport").def(py::init<>());
+  py::class_<Transport, PyTransport, std::shared_ptr<Transport>>(m, "Transport")
+      .def(py::init<>())
+      .def(
+          "watch_events",
+          [](Transport& t, uintptr_t counter) {
+            dynamic_cast<PyTransport&>(t).watch_events(counter);
+          },
+          py::arg("counter"));
 
   m.def("tiles", &tiles, py::arg("shape"), py::arg("layout"));
   m.def("global_shape", &global_shape, py::arg("tile_shapes"), py::arg("layout"));

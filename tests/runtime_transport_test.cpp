@@ -83,12 +83,14 @@ struct SendsInFlight {
 
 class InProcessTransport final : public Transport {
  public:
-  InProcessTransport(Mailboxes& boxes, int rank, int size, SendsInFlight* sends = nullptr)
-      : boxes_(boxes), rank_(rank), size_(size), sends_(sends) {}
+  InProcessTransport(Mailboxes& boxes, int rank, int size, SendsInFlight* sends = nullptr,
+                     bool rendezvous = false)
+      : boxes_(boxes), rank_(rank), size_(size), sends_(sends), rendezvous_(rendezvous) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int64_t max_tag() const override { return int64_t{1} << 30; }
   std::string machine() const override { return "here"; }
+  bool rendezvous_sends() const override { return rendezvous_; }
   std::string name() const override { return "the in-process transport"; }
   std::string launch_hint(int devices) const override {
     return fmt::format("start {} threads", devices);
@@ -117,20 +119,23 @@ class InProcessTransport final : public Transport {
   Mailboxes& boxes_;
   int rank_, size_;
   SendsInFlight* sends_;                  // counted when given
+  bool rendezvous_;                       // what rendezvous_sends() says
   std::multiset<uint64_t> sends_posted_;  // cookies of this device's sends not seen complete
 };
 
 // Runs `body(executor, device)` on `devices` threads, each with its own executor.
 // With `sends`, each device's most sends in flight are counted there.
 void on_every_device(int devices, const std::function<void(Executor&, int)>& body,
-                     double timeout_s = 0, SendsInFlight* sends = nullptr) {
+                     double timeout_s = 0, SendsInFlight* sends = nullptr,
+                     bool rendezvous = false) {
   Mailboxes boxes(devices);
   if (sends) sends->most.assign(devices, 0);
   std::vector<std::jthread> threads;
   for (int d = 0; d < devices; ++d)
     threads.emplace_back([&, d] {
       const auto executor = make_transport_executor(
-          std::make_shared<InProcessTransport>(boxes, d, devices, sends), {.timeout_s = timeout_s});
+          std::make_shared<InProcessTransport>(boxes, d, devices, sends, rendezvous),
+          {.timeout_s = timeout_s});
       body(*executor, d);
     });
 }
@@ -244,6 +249,30 @@ TEST(TransportExecutorTest, AChainHopKeepsItsLinksBandwidthTimesRoundTripInFligh
       },
       0, &sends);
   EXPECT_EQ(sends.most[0], 5);
+}
+
+// A transport whose sends move bytes only into posted receives (gloo) gets every chunk a hop may
+// keep in flight, whatever the link's bandwidth x round trip: the same hop as above posts all its
+// 40 chunks at once (under kChainMaxWindow), and every element arrives.
+TEST(TransportExecutorTest, AChainHopOverRendezvousSendsKeepsEveryChunkItMayInFlight) {
+  constexpr int64_t kRows = 40, kRowElements = 1024;
+  Resharding p = testing::float64_problem({kRows, kRowElements}, 2, 2,
+                                          Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")},
+                                          Layout{Mesh({2}, {2, 3}), ShardingSpec::parse("RR")});
+  p.cluster.nic_bandwidth = 18.432e6;
+  p.cluster.latency = 1e-3;
+  const Plan plan = testing::plan_of(
+      p, {testing::hand_op(0, OpKind::broadcast, Box{{{0, kRows}, {0, kRowElements}}}, 0, {2, 3},
+                           kRowElements * 8)});
+  ASSERT_LT(kRows, kChainMaxWindow);
+  SendsInFlight sends;
+  on_every_device(
+      kDevices,
+      [&](Executor& executor, int) {
+        EXPECT_EQ(testing::play_and_count_errors(executor, plan), 0);
+      },
+      0, &sends, true);
+  EXPECT_EQ(sends.most[0], kRows);
 }
 
 }  // namespace

@@ -5,9 +5,10 @@ post a send or a receive of a byte range to or from a device with a tag, and rep
 requests completed. Device d of the plan is played by rank ranks[d] of the group.
 
 gloo (CPU tensors): a send's or receive's Work of torch 1.13 says it completed only once wait()
-was called on it (is_completed() stays False, get_future() is not implemented), so each posted
-request is waited for by a waiter thread (Work.wait releases the GIL), one per request in flight,
-reused. Messages between two ranks with one tag are matched in posting order (gloo's pairs are
+was called on it (is_completed() stays False, get_future() is not implemented), so posted
+requests are waited for by waiter threads (Work.wait releases the GIL), one per lane in flight
+(an op's sends, or its receives, with one peer), each waiting for its lane's requests in posting
+order (_Waiters). Messages between two ranks with one tag are matched in posting order (gloo's pairs are
 one TCP connection each and its pending receives a queue; tests/python/torch_ranks.py relies on
 it with up to 64 chunks of one tag in flight).
 
@@ -38,20 +39,35 @@ def _host_bytes(address, nbytes):
 
 
 class _Waiters:
-    """Threads that each wait for one Work and record its cookie (or its error): a new request
-    never waits behind one still in flight."""
+    """Threads that wait for the requests in flight and record each one's cookie (or its error).
+
+    Requests come in lanes: the sends, or the receives, of one op with one peer (one tag), whose
+    chunks complete in posting order (gloo matches them in order on the pair's one connection).
+    A thread serves one lane at a time, waiting for its requests in order, and takes another lane
+    when it is empty, so that a request never waits behind another op's. One thread per request
+    (as before) cost a thread wake-up and a GIL hand-over per message: bench/chain_torch.py's hop
+    with 8 messages in flight moved one per ~800 us on the 2-core machine, one per ~150-250 us
+    with lanes. Each record raises `events`, a counter the executor's poll reads without the GIL,
+    so that it calls poll() only when something was recorded."""
 
     def __init__(self):
-        self._queue = collections.deque()
+        self._lanes = {}  # lane -> deque of (work, cookie, what); present while served or ready
+        self._ready = collections.deque()  # lanes with requests and no thread
         self._lock = threading.Condition()
         self._idle = 0
         self.done = collections.deque()
         self.errors = collections.deque()
+        self.events = ctypes.c_uint64(0)
 
-    def submit(self, work, cookie, what):
+    def submit(self, lane, work, cookie, what):
         with self._lock:
-            self._queue.append((work, cookie, what))
-            if self._idle < len(self._queue):
+            requests = self._lanes.get(lane)
+            if requests is not None:  # a thread serves it, or will
+                requests.append((work, cookie, what))
+                return
+            self._lanes[lane] = collections.deque([(work, cookie, what)])
+            self._ready.append(lane)
+            if self._idle < len(self._ready):
                 self._idle += 1
                 threading.Thread(target=self._serve, daemon=True).start()
             self._lock.notify()
@@ -59,17 +75,26 @@ class _Waiters:
     def _serve(self):
         while True:
             with self._lock:
-                while not self._queue:
+                while not self._ready:
                     self._lock.wait()
-                work, cookie, what = self._queue.popleft()
+                lane = self._ready.popleft()
                 self._idle -= 1
-            try:
-                work.wait()
-                self.done.append(cookie)
-            except Exception as e:  # noqa: BLE001 - reported by poll() on the executor's thread
-                self.errors.append(f"{what}: {e}")
-            with self._lock:
-                self._idle += 1
+            while True:
+                with self._lock:
+                    requests = self._lanes[lane]
+                    if not requests:
+                        del self._lanes[lane]
+                        self._idle += 1
+                        break
+                    work, cookie, what = requests[0]
+                try:
+                    work.wait()
+                    self.done.append(cookie)
+                except Exception as e:  # noqa: BLE001 - reported by poll() on the executor's thread
+                    self.errors.append(f"{what}: {e}")
+                with self._lock:
+                    requests.popleft()
+                    self.events.value += 1  # after the record, so that poll() finds it
 
 
 class TorchTransport(_core.Transport):
@@ -112,6 +137,8 @@ class TorchTransport(_core.Transport):
             self.device = torch.device("cpu")
         self.ordered = self.backend == "nccl"
         self._waiters = _Waiters()
+        if self.device.type == "cpu":
+            self.watch_events(ctypes.addressof(self._waiters.events))
         self._polled = []      # nccl: (work, cookie, what, copy_back) still in flight
         self._memory = {}      # address -> tensor the executor stages in
         # (start, end, flat uint8 tensor) of device memory, for address lookups: the executor's
@@ -134,6 +161,13 @@ class TorchTransport(_core.Transport):
 
     def name(self):
         return f"torch.distributed ({self.backend})"
+
+    def rendezvous_sends(self):
+        """gloo: a send moves its bytes once the receiver has posted its receive, in posting order
+        on the pair's one connection, so a chain hop keeps every chunk it may in flight: each
+        completion reaches the executor through a waiter thread, too late for a window of the
+        link's bandwidth x round trip. NCCL: not known here (no GPU), the default window."""
+        return self.backend == "gloo"
 
     def launch_hint(self, devices):
         return (f"launch {devices} ranks (torchrun --nproc_per_node {devices}) or give ranks= "
@@ -190,18 +224,19 @@ class TorchTransport(_core.Transport):
         # gloo and NCCL have no synchronous send: a send completes when its bytes are sent.
         tensor, _ = self._bytes(address, nbytes)
         work = dist.isend(tensor, self._peers[peer], group=self.group, tag=tag)
-        self._track(work, cookie, f"send to device {peer} (rank {self.ranks[peer]})", None)
+        self._track(("send", peer, tag), work, cookie,
+                    f"send to device {peer} (rank {self.ranks[peer]})", None)
 
     def post_receive(self, peer, tag, address, nbytes, cookie):
         tensor, host = self._bytes(address, nbytes)
         work = dist.irecv(tensor, self._peers[peer], group=self.group, tag=tag)
         copy_back = None if host is None else (tensor, host)
-        self._track(work, cookie, f"receive from device {peer} (rank {self.ranks[peer]})",
-                    copy_back)
+        self._track(("receive", peer, tag), work, cookie,
+                    f"receive from device {peer} (rank {self.ranks[peer]})", copy_back)
 
-    def _track(self, work, cookie, what, copy_back):
+    def _track(self, lane, work, cookie, what, copy_back):
         if self.device.type == "cpu":
-            self._waiters.submit(work, cookie, what)
+            self._waiters.submit(lane, work, cookie, what)
         else:
             self._polled.append((work, cookie, what, copy_back))
 

@@ -691,8 +691,10 @@ void TransportPlan::compile_op(const Op& op, const OpPlacement& placed, int inde
     out.next = me == n ? op.receivers[0] : (me + 1 < n ? op.receivers[me + 1] : -1);
     out.next_remote = out.next >= 0 && cluster_.host_of(out.next) != cluster_.host_of(rank_);
     if (out.next >= 0)
-      out.window =
-          chain_window(out.chunk, chain_hop_bandwidth(cluster_, rank_, out.next), cluster_.latency);
+      out.window = transport_.rendezvous_sends()
+                       ? kChainMaxWindow
+                       : chain_window(out.chunk, chain_hop_bandwidth(cluster_, rank_, out.next),
+                                      cluster_.latency);
     if (bcast) {
       std::vector<int> members{*op.sender};
       members.insert(members.end(), op.receivers.begin(), op.receivers.end());

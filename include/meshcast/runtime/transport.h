@@ -85,6 +85,14 @@ class Transport {
   // "launch with mpirun -np 8").
   virtual std::string name() const = 0;
   virtual std::string launch_hint(int devices) const = 0;
+  // Whether a send moves its bytes only once the peer has posted the matching receive, and the
+  // sends to one peer go out one after another in posting order (gloo's pairs: one TCP connection
+  // each, a send waiting for the receiver's notice). Then sends posted ahead of the receiver cannot
+  // crowd a NIC with bytes nobody takes yet, nor stall a chain's pipelining, and a chain hop keeps
+  // all the chunks it may (kChainMaxWindow) in flight instead of its link's bandwidth x round
+  // trip: a transport whose completions reach the executor late (the Python transport's waiter
+  // threads, a loaded machine) then still keeps the wire full.
+  virtual bool rendezvous_sends() const { return false; }
   // Room for `requests` requests in flight at once (a compiled plan's most), so that running it
   // allocates nothing.
   virtual void reserve(int64_t requests) { (void)requests; }
