@@ -7,8 +7,15 @@ model is the weights suite's Llama-7B-like sync (mc.model_batch(arch="llama"), b
 tp=4,pp=2 on devices 0-7) into `--serve`, shrunk with mc.shrink_batch to `--bytes` (by default
 what one calibrated NIC moves in a second, as `meshcast bench --batch` shrinks it). Methods:
 
-  joint      meshcast's joint plan of the whole batch (mc.plan on the calibrated cluster),
-             played by mc.Resharder(plan, backend="torch").
+  joint      meshcast's joint plan of the whole batch, played by mc.Resharder(plan,
+             backend="torch"), planned on the calibrated cluster with its latency raised to what
+             one message costs over this transport: the median time of an op of a plan of 200
+             one-element sends from device 0 to the first serving device, played over gloo before
+             the methods run (the Python transport's calls and threads cost more per message than
+             the calibrated wire latency, and the planner chooses chunks and buckets by it).
+  joint_calibrated
+             the same on the calibrated cluster as it is: the plan meshcast bench --batch plays
+             over MPI.
   broadcast  checkpoint-engine's broadcast mode: each trainer rank packs the distinct source
              shards it holds first (in mesh order) into buckets of up to --bucket-bytes and
              dist.broadcast's each bucket to every serving rank (a group of that trainer rank and
@@ -46,7 +53,7 @@ def parse_args():
                    help="model size after shrinking (0: what one calibrated NIC moves in 1 s, at "
                         "most 64 MiB, as meshcast bench)")
     p.add_argument("--iters", type=int, default=3)
-    p.add_argument("--methods", default="joint,broadcast,gather")
+    p.add_argument("--methods", default="joint,joint_calibrated,broadcast,gather")
     p.add_argument("--bucket-bytes", type=int, default=4 << 20,
                    help="bucket of the broadcast and gather methods (default 4 MiB)")
     p.add_argument("--timeout", type=float, default=300.0)
@@ -277,13 +284,32 @@ class Gather:
                                .view(shape))
 
 
+def transport_latency(model, timeout, ops=200):
+    """Seconds one op of `ops` one-element sends from device 0 to the first serving device takes
+    over this transport (the slowest rank's time of a run after a warm-up, over `ops`)."""
+    a, b = model.trainer[0], model.serving[0]
+    src, dst = mc.Layout(mc.Mesh([1], [a]), "R"), mc.Layout(mc.Mesh([1], [b]), "R")
+    tensors = {f"t{i}": ((1,), "float32", src, dst) for i in range(ops)}
+    plan = mc.plan(tensors, cluster=model.cluster, strategy="send_recv", bucket_bytes=0)
+    resharder = mc.Resharder(plan, backend="torch", timeout=timeout)
+    shards = {n: {a: torch.full((1,), float(i))} for i, n in enumerate(tensors)} if model.me == a else {}
+    for _ in range(2):
+        dist.barrier()
+        started = time.perf_counter()
+        resharder.run(shards)
+        seconds = slowest(time.perf_counter() - started)
+    del resharder
+    return seconds / ops
+
+
 class Joint:
-    def __init__(self, model, timeout):
+    def __init__(self, model, timeout, cluster):
         self.model = model
         # Planned once, on rank 0 (as meshcast bench plans on its leader), and sent to the others.
-        text = [mc.plan(model.tensors, cluster=model.cluster).to_json() if model.me == 0 else None]
+        text = [mc.plan(model.tensors, cluster=cluster).to_json() if model.me == 0 else None]
         dist.broadcast_object_list(text, src=0)
         self.plan = mc.Plan.from_json(text[0])
+        self.plan_latency_us = cluster.latency_us
         self.resharder = mc.Resharder(self.plan, backend="torch", timeout=timeout)
 
     def run(self):
@@ -319,9 +345,15 @@ def main():
     doc = {"model": args.label or args.serve, "serve": args.serve, "tensors": len(model.names),
            "model_bytes": model.bytes, "bucket_bytes": args.bucket_bytes,
            "cluster": vars(model.cluster), "iters": args.iters, "rows": []}
+    c = model.cluster
+    latency_s = transport_latency(model, args.timeout)
+    over_gloo = mc.Cluster(c.hosts, c.devices_per_host, c.nic_gbps, c.dev_gbps,
+                           max(c.latency_us, latency_s * 1e6), c.nics_per_host)
+    doc["transport_latency_us"] = latency_s * 1e6
     for method in args.methods.split(","):
         setup = time.perf_counter()
-        player = {"joint": lambda: Joint(model, args.timeout),
+        player = {"joint": lambda: Joint(model, args.timeout, over_gloo),
+                  "joint_calibrated": lambda: Joint(model, args.timeout, model.cluster),
                   "broadcast": lambda: Broadcast(model, args.bucket_bytes),
                   "gather": lambda: Gather(model, args.bucket_bytes)}[method]()
         setup = time.perf_counter() - setup
@@ -339,10 +371,10 @@ def main():
         checked, wrong = total(checked, wrong)
         row = {"method": method, "times_s": times, "median_s": statistics.median(times),
                "checked": checked, "wrong": wrong, "setup_s": setup}
-        if method == "joint":
+        if method.startswith("joint"):
             sim = player.plan.simulate()
             row.update(simulated_s=sim.time_s, lower_bound_s=sim.lower_bound_s,
-                       ops=len(player.plan.ops))
+                       ops=len(player.plan.ops), latency_us=player.plan_latency_us)
             del player.resharder  # before the group goes (docs/python.md)
         doc["rows"].append(row)
         if me == 0:
