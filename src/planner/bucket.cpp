@@ -51,9 +51,27 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
   // sending over other hosts (and split parts from different hosts) stays.
   using Key = std::tuple<OpKind, int, std::vector<DeviceId>>;
   std::map<Key, std::vector<size_t>> open;
+  // The stream that still takes pieces, per sender and chain: a broadcast of at least a bucket
+  // joins only the open stream of its own sender and chain, so that its route stays the one the
+  // balance mode chose. A chain pays a latency per device it passes, so a stream through k devices
+  // grows to k buckets: its latencies stay as small a part of its time as a bucket's on one hop.
+  std::map<std::pair<DeviceId, std::vector<DeviceId>>, size_t> streams;
   std::vector<Op> out;
   out.reserve(ops.size());
   for (Op& op : ops) {
+    if (op.kind == OpKind::broadcast && op.bytes >= bucket_bytes && holds_all(*op.sender, op)) {
+      const auto most = bucket_bytes * static_cast<int64_t>(op.receivers.size());
+      const auto [it, added] = streams.try_emplace({*op.sender, op.receivers}, out.size());
+      if (!added && out[it->second].bytes + op.bytes <= most) {
+        Op& stream = out[it->second];
+        stream.pieces.insert(stream.pieces.end(), op.pieces.begin(), op.pieces.end());
+        stream.bytes += op.bytes;
+        continue;
+      }
+      it->second = out.size();
+      out.push_back(std::move(op));
+      continue;
+    }
     if ((op.kind != OpKind::send && op.kind != OpKind::broadcast) || op.bytes >= bucket_bytes) {
       out.push_back(std::move(op));
       continue;

@@ -24,8 +24,10 @@ struct PlanOptions {
   // machine's speed or load.
   double search_effort = 1;
   // Sends and broadcasts smaller than this that share a sender and a receiver chain are fused
-  // into buckets of at most this many bytes (one message each); 0 fuses nothing. Default:
-  // default_bucket_bytes of the batch's cluster.
+  // into buckets of at most this many bytes (one message each), and larger broadcasts of one
+  // sender along one chain into streams of at most this many bytes per device of the chain
+  // (docs/concepts.md#buckets); 0 fuses nothing. Default: default_bucket_bytes of the batch's
+  // cluster.
   std::optional<int64_t> bucket_bytes = {};
 };
 
