@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "corpus.h"
 #include "meshcast/error.h"
@@ -179,6 +180,38 @@ TEST(BucketTest, LargePiecesOfOneSenderAndChainTravelAsOneStream) {
   }
   EXPECT_GT(buckets_of(plan), 0);
   EXPECT_LT(simulate(plan).time_s, 1.25 * plan.lower_bound_s);  // 1.52x one chain per tile
+}
+
+// Every serving device needs a pipeline stage's small replicated tensors, and a chain through all
+// of them holds each until the last has its bytes: a latency per device, as many as the whole
+// model's experts cost at 2,048 GPUs. Too many tensors for the planner's candidates (over 1,024
+// unit tasks), the chain goes through one device of each host, and each host's other receivers
+// get the bytes from that one.
+TEST(BucketTest, ALatencyBoundChainPassesEachHostOnceThenFansOutInside) {
+  Batch batch;
+  constexpr int kServingHosts = 16;
+  batch.cluster = Cluster::from_gbps({.hosts = 1 + kServingHosts,
+                                      .devices_per_host = 4,
+                                      .nic_gbps = 10,
+                                      .dev_gbps = 100,
+                                      .nics_per_host = 4});
+  const Mesh trainer = Mesh::placed({4}, 0, 4);
+  const Mesh serving = Mesh::placed({kServingHosts, 4}, 1, 4);
+  for (int i = 0; i < 1100; ++i)
+    batch.tensors.push_back({.name = fmt::format("layers.{}.norm.weight", i),
+                             .tensor = {.shape = {16}, .dtype = DType::float32},
+                             .src = {trainer, ShardingSpec::parse("R")},
+                             .dst = {serving, ShardingSpec::parse("R")}});
+  const Plan plan = make_plan(batch);
+  ASSERT_NO_THROW(validate_plan(plan));
+  for (const Op& op : plan.ops) {
+    // No op passes a device of each host: one passes a device per host, the others one host.
+    std::set<int> hosts;
+    for (DeviceId r : op.receivers) hosts.insert(batch.cluster.host_of(r));
+    EXPECT_TRUE(hosts.size() == 1 || hosts.size() == op.receivers.size()) << op.receivers.size();
+  }
+  // A chain through all 64 serving devices took at least 64 latencies.
+  EXPECT_LT(simulate(plan).time_s, 4.0 * kServingHosts * batch.cluster.latency);
 }
 
 TEST(BucketTest, NegativeBucketBytesAreRefused) {

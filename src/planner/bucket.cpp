@@ -1,8 +1,10 @@
 #include "bucket.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -95,6 +97,83 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
   for (Op& op : out)
     if (op.kind == OpKind::broadcast && op.pieces.size() > 1)
       op.chunk_bytes = chain_chunk_bytes(op, batch.cluster, chunk_bytes, 1);
+  return out;
+}
+
+namespace {
+
+// The receivers of `op` in chain order, cut where the host changes (a chain keeps each host's
+// devices together).
+std::vector<std::vector<DeviceId>> host_runs(const Op& op, const Cluster& cluster) {
+  std::vector<std::vector<DeviceId>> runs;
+  for (DeviceId r : op.receivers) {
+    if (runs.empty() || cluster.host_of(runs.back().back()) != cluster.host_of(r))
+      runs.emplace_back();
+    runs.back().push_back(r);
+  }
+  return runs;
+}
+
+// The op moving `pieces` from `sender` along `receivers`, its chunk chosen as a bucket's.
+Op chain_of(const std::vector<Piece>& pieces, DeviceId sender, std::vector<DeviceId> receivers,
+            const Cluster& cluster, int64_t chunk_bytes) {
+  Op op = make_op(receivers.size() == 1 ? OpKind::send : OpKind::broadcast, pieces, sender,
+                  std::move(receivers));
+  if (op.kind == OpKind::broadcast) op.chunk_bytes = chain_chunk_bytes(op, cluster, chunk_bytes, 1);
+  return op;
+}
+
+}  // namespace
+
+std::vector<Op> host_chains(const Batch& batch, std::vector<Op> ops, int64_t chunk_bytes) {
+  const Cluster& c = batch.cluster;
+  // Devices that send what they received (relays of other shapes, stages): a broadcast that
+  // reaches one of them keeps its chain, so that it still has the bytes before it sends them.
+  SourceTiles sources(batch);
+  std::set<DeviceId> forwarders;
+  for (const Op& op : ops)
+    if (op.sender && std::any_of(op.pieces.begin(), op.pieces.end(), [&](const Piece& piece) {
+          return !sources.holds(*op.sender, piece);
+        }))
+      forwarders.insert(*op.sender);
+  std::map<DeviceId, double> entered;  // time each device relays host chains, about
+  std::vector<Op> out;
+  std::vector<Op> inside;  // the chains inside hosts, after all others
+  out.reserve(ops.size());
+  for (Op& op : ops) {
+    const int home = op.sender ? c.host_of(*op.sender) : -1;
+    std::vector<std::vector<DeviceId>> runs;
+    if (op.kind == OpKind::broadcast) runs = host_runs(op, c);
+    const auto others = std::count_if(runs.begin(), runs.end(),
+                                      [&](const auto& run) { return c.host_of(run[0]) != home; });
+    const bool shared = std::any_of(runs.begin(), runs.end(), [&](const auto& run) {
+      return c.host_of(run[0]) != home && run.size() > 1;
+    });
+    const double on_a_nic = static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home);
+    if (others < 2 || !shared || c.latency * static_cast<double>(op.receivers.size()) < on_a_nic ||
+        std::any_of(op.receivers.begin(), op.receivers.end(),
+                    [&](DeviceId r) { return forwarders.contains(r); })) {
+      out.push_back(std::move(op));
+      continue;
+    }
+    std::vector<DeviceId> entries;
+    for (auto& run : runs) {
+      if (c.host_of(run[0]) == home) continue;
+      const auto entry = std::min_element(
+          run.begin(), run.end(), [&](DeviceId a, DeviceId b) { return entered[a] < entered[b]; });
+      std::iter_swap(run.begin(), entry);
+      entered[run[0]] += c.latency * static_cast<double>(others) + on_a_nic;
+      entries.push_back(run[0]);
+    }
+    out.push_back(chain_of(op.pieces, *op.sender, std::move(entries), c, chunk_bytes));
+    for (auto& run : runs) {
+      const bool at_home = c.host_of(run[0]) == home;
+      const DeviceId from = at_home ? *op.sender : run[0];
+      if (!at_home) run.erase(run.begin());
+      if (!run.empty()) inside.push_back(chain_of(op.pieces, from, std::move(run), c, chunk_bytes));
+    }
+  }
+  std::move(inside.begin(), inside.end(), std::back_inserter(out));
   return out;
 }
 

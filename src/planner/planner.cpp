@@ -216,6 +216,16 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
                                 options.chunk_bytes);
+  // Where no candidate is planned (too many jobs), chains whose latencies outweigh their bytes
+  // are still cut into a chain through one device per host and chains inside each host (rails
+  // would be planned again: detail::host_chains only rewrites ops), when the simulator finds that
+  // faster.
+  if (plan.balance == Balance::order && jobs.size() > kMostJobsForACandidate) {
+    std::vector<Op> cut = detail::host_chains(batch, plan.ops, options.chunk_bytes);
+    if (cut.size() != plan.ops.size() &&
+        simulate_time(batch, cut).time_s < simulate_time(batch, plan.ops).time_s)
+      plan.ops = std::move(cut);
+  }
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
   for (const HostTraffic& h : host_traffic(plan)) plan.network_bytes += h.out_bytes;
   return plan;
