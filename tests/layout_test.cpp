@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <random>
+
+#include "meshcast/dense_index.h"
 #include "meshcast/error.h"
 
 namespace meshcast {
@@ -187,6 +191,42 @@ TEST(TilesTest, ReplicatedOverUnusedAxes) {
   ASSERT_EQ(distinct.size(), 3u);
   EXPECT_EQ(distinct[1].box, (Box{{{0, 6}, {2, 4}}}));
   EXPECT_EQ(distinct[1].replicas, (std::vector<DeviceId>{1, 4}));
+}
+
+// DenseIndex marks ids in a table of their range when the range is small against their count,
+// else sorts them: either way the ids in ascending order, each once, and index_of their position.
+TEST(DenseIndexTest, DenseAndSparseIdsGiveAscendingDistinctIds) {
+  std::mt19937 rng(25);
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::vector<std::vector<int64_t>> cases{
+      {},
+      {7},
+      {5, 3, 5, 3, 4},                  // dense: range 3 for 5 ids
+      {-2, 9, -2, 9, 0, 0, 9, -2},      // dense, negative ids
+      {1000000, 3, 1000000},            // sparse: sorted
+      {kMax, kMin, 0, kMax},            // a range beyond int64_t's
+      {kMax - 1, kMax, kMax, kMax - 1}  // dense at the top of the range
+  };
+  std::vector<std::vector<int64_t>> all = cases;
+  for (int n : {10, 1000}) {
+    for (int64_t range : {int64_t{3}, int64_t{5} * n, int64_t{100} * n}) {
+      std::vector<int64_t> ids(n);
+      for (auto& id : ids) id = -range / 2 + static_cast<int64_t>(rng() % range);
+      all.push_back(ids);
+    }
+  }
+  for (const auto& ids : all) {
+    std::vector<int64_t> expected = ids;
+    std::sort(expected.begin(), expected.end());
+    expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
+    const DenseIndex index(ids);
+    ASSERT_EQ(index.ids(), expected);
+    for (int i = 0; i < index.size(); ++i) {
+      EXPECT_EQ(index.index_of(expected[i]), i);
+      EXPECT_TRUE(index.contains(expected[i]));
+    }
+  }
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 
 #include "corpus.h"
+#include "meshcast/layout/layout.h"
+#include "meshcast/plan/holdings.h"
 #include "meshcast/planner/planner.h"
 
 namespace meshcast {
@@ -119,6 +122,101 @@ TEST(OpDependenciesTest, ACopyIsSentByItsDevice) {
       send(0, 3, 0, 4),                         // 2: device 0 copied in op 1
   };
   EXPECT_EQ(op_dependencies(two_shards(), ops), (Deps{{}, {}, {1}}));
+}
+
+// The rule of op_dependencies as its header states it, replayed naively: every earlier op is
+// scanned for each op, every receipt of every device kept.
+Deps naive_dependencies(const Batch& batch, const std::vector<Op>& ops) {
+  const auto sends_in = [](const Op& op, DeviceId d) {
+    const auto& r = op.receivers;
+    if (op.kind == OpKind::allgather) return std::find(r.begin(), r.end(), d) != r.end();
+    return (op.sender && *op.sender == d) || std::find(r.begin(), r.end() - 1, d) != r.end() - 1;
+  };
+  // What `d` received of `piece`'s task in the ops before k, in plan order.
+  const auto receipts = [&](DeviceId d, const Piece& piece, int k) {
+    std::vector<std::pair<Box, int>> out;
+    for (int j = 0; j < k; ++j) {
+      const Op& op = ops[j];
+      const int n = static_cast<int>(op.receivers.size());
+      for (int i = 0; i < n; ++i) {
+        if (op.receivers[i] != d) continue;
+        for (const Piece& p : op.pieces) {
+          if (p.tensor != piece.tensor || p.task != piece.task) continue;
+          if (op.kind != OpKind::allgather) {
+            out.emplace_back(p.slice, j);
+            continue;
+          }
+          for (int m = 0; m < n; ++m)
+            if (const Box part = allgather_part(p, n, m); m != i && !part.empty())
+              out.emplace_back(part, j);
+        }
+      }
+    }
+    return out;
+  };
+  Deps deps(ops.size());
+  for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
+    const Op& op = ops[k];
+    const int n = static_cast<int>(op.receivers.size());
+    std::vector<DeviceId> senders = op.receivers;
+    if (op.kind != OpKind::allgather) senders.pop_back();
+    if (op.sender) senders.push_back(*op.sender);
+    for (DeviceId d : senders)
+      for (int j = k - 1; j >= 0; --j)
+        if (sends_in(ops[j], d)) {
+          deps[k].push_back(j);
+          break;
+        }
+    const auto contribute = [&](DeviceId d, const Piece& piece, const Box& box) {
+      const TensorResharding& t = batch.tensors[piece.tensor];
+      std::optional<Box> tile;
+      for (int64_t i = 0; i < t.src.mesh.size(); ++i)
+        if (t.src.mesh.device_at(i) == d) tile = tile_at(t.tensor, t.src, i);
+      const auto received = receipts(d, piece, k);
+      const auto holding = find_holding(
+          tile ? &*tile : nullptr, received,
+          [](const std::pair<Box, int>& r) -> const Box& { return r.first; }, box);
+      if (holding && *holding != kHeldInSourceTile) deps[k].push_back(received[*holding].second);
+    };
+    for (const Piece& piece : op.pieces) {
+      if (op.kind == OpKind::allgather) {
+        for (int i = 0; i < n; ++i)
+          if (const Box part = allgather_part(piece, n, i); !part.empty())
+            contribute(op.receivers[i], piece, part);
+      } else if (op.sender) {
+        contribute(*op.sender, piece, piece.slice);
+      }
+    }
+    std::sort(deps[k].begin(), deps[k].end());
+    deps[k].erase(std::unique(deps[k].begin(), deps[k].end()), deps[k].end());
+  }
+  return deps;
+}
+
+// op_dependencies keeps only the receipts some op looks up; every plan's dependencies are still
+// those of the rule played with every receipt kept. Batches of several tensors sharing devices,
+// single tensors of every strategy (allgather parts, copies, relays forwarding receipts).
+TEST(OpDependenciesTest, PlannedPlansDependOnWhatTheRuleSays) {
+  int checked = 0;
+  int with_receipt_dependencies = 0;
+  const auto check = [&](const Plan& plan) {
+    const Deps deps = op_dependencies(plan.batch, plan.ops);
+    ASSERT_EQ(deps, naive_dependencies(plan.batch, plan.ops));
+    ++checked;
+    // A relay's later send of what it received is a receipt dependency the rule must keep.
+    bool forwards = false;
+    for (size_t k = 0; k < plan.ops.size(); ++k)
+      for (int j : deps[k])
+        for (DeviceId r : plan.ops[j].receivers) forwards |= plan.ops[k].sender == r;
+    with_receipt_dependencies += forwards ? 1 : 0;
+  };
+  for (const Resharding& problem : testing::property_corpus(25, 40))
+    for (Strategy strategy : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
+      check(make_plan(problem, PlanOptions{.strategy = strategy}));
+  std::mt19937 rng(2025);
+  for (int i = 0; i < 20; ++i) check(make_plan(testing::random_batch(rng, 6)));
+  EXPECT_EQ(checked, 3 * 40 + 20);
+  EXPECT_GT(with_receipt_dependencies, 0);
 }
 
 TEST(OpDependenciesTest, PlannedPlansHaveSortedDistinctEarlierDependencies) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <random>
 #include <string>
 
 #include "meshcast/error.h"
@@ -65,6 +67,27 @@ int64_t nic_bytes(const SimResult& r) {
 
 void expect_time(double actual, double expected) {
   EXPECT_NEAR(actual, expected, 1e-9 * expected) << "expected " << expected;
+}
+
+// chain_window_limit prices a chain by its slowest hop alone; that is the lowest of every hop's
+// window rate (the rule as stated hop by hop), for chunks from one byte to the whole message.
+TEST(SimulatorTest, ChainWindowLimitIsTheLowestHopWindowRate) {
+  std::mt19937 rng(25);
+  const double capacities[] = {1e6,  1.25e9, 12.5e9,
+                               45e9, 450e9,  std::numeric_limits<double>::infinity()};
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<double> hops(1 + rng() % 6);
+    for (double& c : hops) c = capacities[rng() % std::size(capacities)];
+    const int64_t bytes = 1 + static_cast<int64_t>(rng() % (1 << 30));
+    const int64_t chunk = 1 + static_cast<int64_t>(rng() % bytes);
+    const double latency = (rng() % 4) * 5e-6;
+    double lowest = std::numeric_limits<double>::infinity();
+    for (double c : hops)
+      lowest = std::min(lowest,
+                        chain_window_rate(bytes, chunk, chain_window(chunk, c, latency), latency));
+    EXPECT_EQ(chain_window_limit(bytes, chunk, hops, latency), lowest)
+        << bytes << " bytes, chunk " << chunk << ", latency " << latency;
+  }
 }
 
 TEST(SimulatorTest, OneSendAcrossHostsTakesBytesOverNicPlusLatency) {

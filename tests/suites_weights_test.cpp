@@ -11,6 +11,7 @@
 #include <string>
 
 #include "meshcast/error.h"
+#include "meshcast/plan/json.h"
 #include "meshcast/plan/validate.h"
 #include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
@@ -338,6 +339,33 @@ TEST(MeasureTest, PlansOfASequenceArePlayedBackToBackInOneTimedRun) {
     EXPECT_THROW(measure(executor, plans, {.iters = iters, .warmup = warmup}), InvalidArgument)
         << iters << " " << warmup;
   EXPECT_EQ(executor.compiled, static_cast<int>(plans.size()));
+}
+
+// per_tensor plans a problem shared by several tensors (layers of one pipeline stage) once; its
+// row is still every tensor planned alone and simulated alone, summed. The second stage's host has
+// the slower NIC, so a tensor given another stage's plan would change the sum.
+TEST(WeightsTest, PerTensorSimulatesEveryTensorAlone) {
+  const ModelConfig config{
+      .hidden = 16, .layers = 6, .heads = 4, .kv_heads = 2, .ffn = 24, .vocab = 30};
+  WeightsCase c{
+      "six", "six layers",
+      model_batch(config, {.tp = 4, .pp = 2}, {.tp = 4, .replicas = 2}, paper_cluster(1))};
+  Cluster& cluster = c.batch.cluster;
+  cluster.host_nic_bandwidth.assign(cluster.hosts, cluster.nic_bandwidth);
+  cluster.host_nic_bandwidth[1] /= 2;
+  double time_s = 0;
+  int64_t ops = 0;
+  std::set<std::string> problems;  // the distinct (shape, dtype, layouts) of the tensors
+  for (size_t i = 0; i < c.batch.tensors.size(); ++i) {
+    const Plan alone = make_plan(c.batch.resharding(i));
+    time_s += simulate(alone).time_s;
+    ops += static_cast<int64_t>(alone.ops.size());
+    problems.insert(resharding_to_json(c.batch.resharding(i)).dump());
+  }
+  ASSERT_LT(problems.size(), c.batch.tensors.size());  // some tensors share their problem
+  const WeightsRow row = weights_row(c, WeightsMethod::per_tensor, nullptr, {});
+  EXPECT_EQ(row.ops, ops);
+  EXPECT_NEAR(row.time_s, time_s, 1e-12 * time_s);
 }
 
 // per_tensor on a real backend: its plans are measured as one sequence per run.

@@ -12,8 +12,23 @@ namespace meshcast {
 class DenseIndex {
  public:
   DenseIndex() = default;
-  // Any order, repeats allowed.
+  // Any order, repeats allowed. Ids given with many repeats over a range at most a few times
+  // their count (a simulator's links, one per usage of every op) are marked in a table of that
+  // range rather than sorted: linear time, and the table is still sized by the ids given.
   explicit DenseIndex(std::vector<int64_t> ids) : ids_(std::move(ids)) {
+    if (ids_.empty()) return;
+    const auto [lo, hi] = std::minmax_element(ids_.begin(), ids_.end());
+    const int64_t first = *lo;
+    const uint64_t span = static_cast<uint64_t>(*hi) - static_cast<uint64_t>(first);
+    if (span < kMostRangePerId * ids_.size()) {
+      std::vector<bool> given(span + 1);
+      for (int64_t id : ids_)
+        given[static_cast<uint64_t>(id) - static_cast<uint64_t>(first)] = true;
+      ids_.clear();
+      for (uint64_t i = 0; i <= span; ++i)
+        if (given[i]) ids_.push_back(static_cast<int64_t>(static_cast<uint64_t>(first) + i));
+      return;
+    }
     std::sort(ids_.begin(), ids_.end());
     ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
   }
@@ -29,6 +44,7 @@ class DenseIndex {
   const std::vector<int64_t>& ids() const { return ids_; }
 
  private:
+  static constexpr uint64_t kMostRangePerId = 4;
   std::vector<int64_t> ids_;
 };
 

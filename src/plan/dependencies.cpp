@@ -33,11 +33,36 @@ struct TaskKeyHash {
   }
 };
 
+uint64_t task_id(const Piece& piece) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(piece.tensor)) << 32 |
+         static_cast<uint32_t>(piece.task);
+}
+
 // Replays the ops in plan order, indexing what each device received per (tensor, task) and the
-// last op each device sends in, so that each op's dependencies cost a few lookups.
+// last op each device sends in, so that each op's dependencies cost a few lookups. Only the
+// receipts of a device that contributes the same task in some op are kept: the others are never
+// looked up, and a whole model's chains deliver each task to hundreds of devices that only
+// receive it.
 class Tracker {
  public:
-  explicit Tracker(const Batch& batch) : batch_(batch), sources_(batch.tensors.size()) {}
+  Tracker(const Batch& batch, std::span<const Op> ops)
+      : batch_(batch), sources_(batch.tensors.size()) {
+    for (const Op& op : ops) {
+      const int n = static_cast<int>(op.receivers.size());
+      for (const Piece& piece : op.pieces) {
+        if (!known(piece)) continue;
+        if (op.kind == OpKind::allgather) {
+          for (int i = 0; i < n; ++i) contributors_[task_id(piece)].push_back(op.receivers[i]);
+        } else if (op.sender) {
+          contributors_[task_id(piece)].push_back(*op.sender);
+        }
+      }
+    }
+    for (auto& [task, devices] : contributors_) {
+      std::sort(devices.begin(), devices.end());
+      devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    }
+  }
 
   std::vector<int> dependencies_of(const Op& op, int k) {
     std::vector<int> deps;
@@ -95,7 +120,11 @@ class Tracker {
     const int n = static_cast<int>(op.receivers.size());
     for (const Piece& piece : op.pieces) {
       if (!known(piece)) continue;
+      const auto contributors = contributors_.find(task_id(piece));
+      if (contributors == contributors_.end()) continue;
+      const std::vector<DeviceId>& looked_up = contributors->second;
       for (int i = 0; i < n; ++i) {
+        if (!std::binary_search(looked_up.begin(), looked_up.end(), op.receivers[i])) continue;
         auto& receipts = received_[{op.receivers[i], piece.tensor, piece.task}];
         if (op.kind != OpKind::allgather) {
           receipts.push_back({piece.slice, k});
@@ -138,13 +167,15 @@ class Tracker {
   const Batch& batch_;
   std::vector<Source> sources_;                  // per tensor
   std::unordered_map<DeviceId, int> last_send_;  // device -> the last op it sends in
+  // (tensor, task) -> the devices contributing it to some op (sorted, distinct)
+  std::unordered_map<uint64_t, std::vector<DeviceId>> contributors_;
   std::unordered_map<TaskKey, std::vector<Receipt>, TaskKeyHash> received_;
 };
 
 }  // namespace
 
 std::vector<std::vector<int>> op_dependencies(const Batch& batch, std::span<const Op> ops) {
-  Tracker tracker(batch);
+  Tracker tracker(batch, ops);
   std::vector<std::vector<int>> deps;
   deps.reserve(ops.size());
   for (int k = 0; k < static_cast<int>(ops.size()); ++k)

@@ -89,6 +89,7 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
     int64_t bytes;
   };
   std::vector<Hop> hops;
+  hops.reserve(op.receivers.size());
   const double bytes = static_cast<double>(op.bytes);
   const int n = static_cast<int>(op.receivers.size());
   switch (op.kind) {
@@ -125,6 +126,8 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
   }
   std::vector<int> route;
   std::vector<double> hop_capacities;  // per hop: its slowest link's (infinite: no link)
+  hop_capacities.reserve(hops.size());
+  m.usages.reserve(4 * hops.size());  // a hop between hosts crosses four links
   for (const Hop& hop : hops) {
     route.clear();
     net.append_route(hop.from, hop.to, route);
@@ -146,19 +149,19 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
   if (op.kind == OpKind::send || op.kind == OpKind::broadcast)
     m.max_rate = std::min(m.max_rate, chain_window_limit(op.bytes, chain_chunk(op, cluster),
                                                          hop_capacities, cluster.latency));
-  // Merge repeated links into one usage of higher weight.
+  // Merge repeated links into one usage of higher weight, in place.
   std::sort(m.usages.begin(), m.usages.end(),
             [](const Usage& a, const Usage& b) { return a.link < b.link; });
-  std::vector<Usage> merged;
+  size_t merged = 0;
   for (const Usage& u : m.usages) {
-    if (!merged.empty() && merged.back().link == u.link) {
-      merged.back().weight += u.weight;
-      merged.back().bytes += u.bytes;
+    if (merged > 0 && m.usages[merged - 1].link == u.link) {
+      m.usages[merged - 1].weight += u.weight;
+      m.usages[merged - 1].bytes += u.bytes;
     } else {
-      merged.push_back(u);
+      m.usages[merged++] = u;
     }
   }
-  m.usages = std::move(merged);
+  m.usages.resize(merged);
   if (m.work_bytes <= 0) m.usages.clear();
   return m;
 }
@@ -515,11 +518,12 @@ ChainPipeline chain_pipeline(int64_t bytes, int64_t chunk,
 
 double chain_window_limit(int64_t bytes, int64_t chunk, const std::vector<double>& hop_capacities,
                           double latency) {
-  double rate = std::numeric_limits<double>::infinity();
-  for (double capacity : hop_capacities)
-    rate = std::min(
-        rate, chain_window_rate(bytes, chunk, chain_window(chunk, capacity, latency), latency));
-  return rate;
+  if (hop_capacities.empty()) return std::numeric_limits<double>::infinity();
+  // A hop's window never shrinks as its capacity grows, nor its rate as its window grows, so the
+  // slowest hop's rate is the lowest: one window for the chain, not one per hop (a chain through
+  // a model's serving replicas has hundreds of hops, and the planner prices it a dozen times).
+  const double slowest = *std::min_element(hop_capacities.begin(), hop_capacities.end());
+  return chain_window_rate(bytes, chunk, chain_window(chunk, slowest, latency), latency);
 }
 
 SimResult simulate(const Plan& plan) {
