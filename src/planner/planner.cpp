@@ -207,11 +207,12 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
     if (any_into_several_nics(batch, jobs))
-      for (bool stage_at_holders : {false, true})
-        try_candidate(detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
-                                        kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                                        stage_at_holders),
-                      options, detail::Shape::chains);
+      for (bool per_receiver : {true, false})
+        for (bool stage_at_holders : {false, true})
+          try_candidate(detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
+                                          kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+                                          stage_at_holders, per_receiver),
+                        options, detail::Shape::chains);
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
