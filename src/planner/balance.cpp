@@ -535,6 +535,45 @@ std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
   });
 }
 
+std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
+                               const PlanOptions& options) {
+  const Cluster& cluster = batch.cluster;
+  Loads loads(jobs, cluster);
+  std::vector<const Job*> order;
+  for (const Job& job : jobs) order.push_back(&job);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Job* a, const Job* b) { return a->round < b->round; });
+  std::vector<Op> ops;
+  std::vector<Op> gathers;  // the follow-ups of the round before
+  for (auto first = order.begin(); first != order.end();) {
+    const auto last = std::find_if(first, order.end(),
+                                   [&](const Job* job) { return job->round != (*first)->round; });
+    // The round's transfers wave by wave: the first of each job, then the second, ...: a job's
+    // rails from one holder leave one after another, and a device plays its ops in plan order, so
+    // job by job the second job's first rail would wait for the first job's last.
+    std::vector<Op> next;
+    size_t waves = 0;
+    for (auto it = first; it != last; ++it) {
+      waves = std::max(waves, (*it)->transfers.size());
+      next.insert(next.end(), (*it)->then.begin(), (*it)->then.end());
+    }
+    for (size_t wave = 0; wave < waves; ++wave)
+      for (auto it = first; it != last; ++it) {
+        const Job& job = **it;
+        if (wave >= job.transfers.size()) continue;
+        const Transfer& t = job.transfers[wave];
+        const DeviceId sender = pick_least_loaded(t, t.bytes, {}, loads, cluster);
+        loads.add(t, sender, t.bytes);
+        ops.push_back(transfer_op(t, t.slice, job, sender, batch, options.chunk_bytes));
+      }
+    ops.insert(ops.end(), gathers.begin(), gathers.end());
+    gathers = std::move(next);
+    first = last;
+  }
+  ops.insert(ops.end(), gathers.begin(), gathers.end());
+  return ops;
+}
+
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
                               const PlanOptions& options, Shape shape) {
   const OrderPlanner planner(batch, jobs, options, shape);

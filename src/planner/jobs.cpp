@@ -317,7 +317,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       --n;
     const int element = element_size(batch, job.tensor);
     for (int round = 0; round < n; ++round) {
-      Job part{job.tensor, job.task};
+      Job part{.tensor = job.tensor, .task = job.task, .round = round};
       for (const Transfer& t : job.transfers) {
         Transfer whole = t;
         whole.slice = allgather_part(t.slice, n, round);
@@ -329,7 +329,11 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           part.transfers.push_back(std::move(whole));
           continue;
         }
-        for (int i = 0; i < g; ++i) {
+        // The rails from the holders' NIC on first, so that holders on different NICs, which
+        // send their rails one after another, start on different rails.
+        const int start = cluster.nic_of(t.candidates[0]) % g;
+        for (int j = 0; j < g; ++j) {
+          const int i = (start + j) % g;
           Transfer rail = whole;
           rail.slice = allgather_part(whole.slice, g, i);
           rail.bytes = rail.slice.volume() * element;

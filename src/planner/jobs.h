@@ -37,6 +37,7 @@ struct Job {
   int task = 0;  // within the tensor
   std::vector<Transfer> transfers = {};
   std::vector<Op> then = {};
+  int round = 0;  // of a job laid on rails (rail_jobs)
   int64_t bytes() const;
 };
 
