@@ -557,12 +557,23 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
       waves = std::max(waves, (*it)->transfers.size());
       next.insert(next.end(), (*it)->then.begin(), (*it)->then.end());
     }
+    // Where several hosts hold a job's slice, each sends a run of its rails, the runs starting on
+    // different rails at once (a job's rails start at its holders' NIC: rail_jobs), and
+    // the jobs of a round start their runs on different hosts. A device plays its ops in plan order
+    // but devices do not wait for each other, so a holder's later rails start as soon as its
+    // earlier ones end: runs keep two holders from sending into one receiving NIC at once.
     for (size_t wave = 0; wave < waves; ++wave)
       for (auto it = first; it != last; ++it) {
         const Job& job = **it;
         if (wave >= job.transfers.size()) continue;
         const Transfer& t = job.transfers[wave];
-        const DeviceId sender = pick_least_loaded(t, t.bytes, {}, loads, cluster);
+        const auto hosts = hosts_of(t.candidates, cluster);
+        const auto run = wave * hosts.size() / job.transfers.size();
+        const int host = hosts[(run + static_cast<size_t>(it - first)) % hosts.size()];
+        DeviceId sender = -1;
+        for (DeviceId d : t.candidates)
+          if (cluster.host_of(d) == host && (sender < 0 || loads.device(d) < loads.device(sender)))
+            sender = d;
         loads.add(t, sender, t.bytes);
         ops.push_back(transfer_op(t, t.slice, job, sender, batch, options.chunk_bytes));
       }
