@@ -256,30 +256,36 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice, const Ra
 
 // Rail i of a slice leaves its holders' hosts by their NIC i mod n (n: a host's NICs with
 // devices), as on a rail-optimised fabric: only the holders on that NIC may send it, where some
-// are. Where none is and one host holds the slice, that NIC's first device may stage it
-// (Transfer::stage) unless it receives `whole` itself or is in `senders` (with stages at holders,
-// the staged rails delay the slices they send of their own: the planner tries both). Else the
-// balance could send every rail from one NIC's holders while the others idled. (A stage cannot
-// simply join the chain: the holder would hold its own send port as long as the stage's NIC hop
-// takes, and the rails would still leave one at a time.)
+// are. Else the balance could send every rail from one NIC's holders while the others idled. Where
+// one host holds the slice, a device of that NIC that neither holds nor receives it, nor is in
+// `senders`, may stage it (Transfer::stage): the holder hands the rail over over the device link,
+// in a tenth of the NIC's time or so, and is free again for its other rails and slices while the
+// stage sends it on (with stages at holders, the staged rails delay the slices those send of their
+// own: the planner tries both). (A stage cannot simply join the chain: the holder would hold its
+// own send port as long as the stage's NIC hop takes, and the rails would still leave one at a
+// time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
                    const Cluster& cluster) {
   const auto nic_of_rail = [&](int host) {
     return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
   };
+  const std::vector<DeviceId> holders = rail.candidates;
   std::vector<DeviceId> on_nic;
-  std::copy_if(rail.candidates.begin(), rail.candidates.end(), std::back_inserter(on_nic),
+  std::copy_if(holders.begin(), holders.end(), std::back_inserter(on_nic),
                [&](DeviceId d) { return cluster.nic_of(d) == nic_of_rail(cluster.host_of(d)); });
-  if (!on_nic.empty()) {
-    rail.candidates = std::move(on_nic);
+  if (!on_nic.empty()) rail.candidates = std::move(on_nic);
+  const int host = cluster.host_of(holders[0]);
+  if (!std::all_of(holders.begin(), holders.end(),
+                   [&](DeviceId d) { return cluster.host_of(d) == host; }))
     return;
+  for (int local = nic_of_rail(host); local < cluster.devices_per_host;
+       local += cluster.nics_of(host)) {
+    const auto d = static_cast<DeviceId>(host * cluster.devices_per_host + local);
+    if (!holds(holders, d) && !senders.contains(d) && !holds(whole.receivers, d)) {
+      rail.stage = d;
+      return;
+    }
   }
-  const int host = cluster.host_of(rail.candidates[0]);
-  const auto stage = static_cast<DeviceId>(host * cluster.devices_per_host + nic_of_rail(host));
-  if (std::all_of(rail.candidates.begin(), rail.candidates.end(),
-                  [&](DeviceId d) { return cluster.host_of(d) == host; }) &&
-      !senders.contains(stage) && !holds(whole.receivers, stage))
-    rail.stage = stage;
 }
 
 }  // namespace
