@@ -41,7 +41,11 @@ TEST(SimPaperTest, BroadcastBeatsSendRecvSixfoldOnCaseSeven) {
 // A host's NICs are parallel paths: with 2 and 4 NICs per host the planner spreads each host's
 // receiving over them (rails), where chains entered each host through one NIC and took as long
 // as with one NIC (2.0x and 4.0x the bound on case 7). 4 devices use at most 4 NICs, so 8 NICs
-// give the bound and plans of 4.
+// give the bound and plans of 4. Every case is within 1.05x of the bound: rails one per NIC where
+// a host has more receivers than NICs (case 3 with 2 NICs was 1.24x), laid in lockstep rounds
+// whose chains turn their hosts (case 7 with 4 NICs was 1.32x: the first host relayed every round
+// while its gathers waited), holders on several hosts sending runs of rails (case 5 with 4 NICs
+// was 1.06x).
 TEST(SimPaperTest, MoreNicsPerHostShortenEveryCase) {
   for (const auto& c : paper_cases()) {
     Resharding problem = c.problem;
@@ -50,8 +54,8 @@ TEST(SimPaperTest, MoreNicsPerHostShortenEveryCase) {
       problem.cluster.nics_per_host = nics;
       ratio[nics] = simulated_ratio(problem, Strategy::broadcast, Balance::order, &time[nics]);
     }
-    EXPECT_LE(ratio[2], 1.35) << "case " << c.number;
-    EXPECT_LE(ratio[4], 1.35) << "case " << c.number;
+    for (int nics : {1, 2, 4, 8})
+      EXPECT_LE(ratio[nics], 1.05) << "case " << c.number << ", " << nics;
     EXPECT_LE(time[2], 0.66 * time[1]) << "case " << c.number;
     EXPECT_NEAR(time[8], time[4], 1e-9) << "case " << c.number;
   }

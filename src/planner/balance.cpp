@@ -535,6 +535,82 @@ std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
   });
 }
 
+std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
+                               const PlanOptions& options) {
+  const Cluster& cluster = batch.cluster;
+  Loads loads(jobs, cluster);
+  std::vector<const Job*> order;
+  for (const Job& job : jobs) order.push_back(&job);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Job* a, const Job* b) { return a->round < b->round; });
+  // The holder of `t` on `host` that has sent the fewest bytes so far.
+  const auto least_loaded_on = [&](const Transfer& t, int host) {
+    DeviceId sender = -1;
+    for (DeviceId d : t.candidates)
+      if (cluster.host_of(d) == host && (sender < 0 || loads.device(d) < loads.device(sender)))
+        sender = d;
+    return sender;
+  };
+  std::vector<Op> ops;
+  std::vector<Op> gathers;  // the follow-ups of the round before
+  // Transfers into hosts that hold their slice, over device links only: after every round, so
+  // that a holder's hand-overs to its stages, each a fraction of a rail's time on the NIC, never
+  // wait for them.
+  std::vector<std::pair<const Job*, const Transfer*>> local;
+  for (auto first = order.begin(); first != order.end();) {
+    const auto last = std::find_if(first, order.end(),
+                                   [&](const Job* job) { return job->round != (*first)->round; });
+    // The round's transfers wave by wave: the first of each job, then the second, ...: a job's
+    // rails from one holder leave one after another, and a device plays its ops in plan order, so
+    // job by job the second job's first rail would wait for the first job's last.
+    std::vector<Op> next;
+    size_t waves = 0;
+    for (auto it = first; it != last; ++it) {
+      waves = std::max(waves, (*it)->transfers.size());
+      next.insert(next.end(), (*it)->then.begin(), (*it)->then.end());
+    }
+    // Where several hosts hold a job's slice, each sends a run of its rails, the runs starting on
+    // different rails at once (a job's rails start at its holders' NIC: rail_jobs), and
+    // the jobs of a round start their runs on different hosts. A device plays its ops in plan order
+    // but devices do not wait for each other, so a holder's later rails start as soon as its
+    // earlier ones end: runs keep two holders from sending into one receiving NIC at once.
+    for (size_t wave = 0; wave < waves; ++wave)
+      for (auto it = first; it != last; ++it) {
+        const Job& job = **it;
+        if (wave >= job.transfers.size()) continue;
+        const Transfer& t = job.transfers[wave];
+        const auto hosts = hosts_of(t.candidates, cluster);
+        if (std::all_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
+              return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) != hosts.end();
+            })) {
+          local.emplace_back(&job, &t);
+          continue;
+        }
+        const auto run = wave * hosts.size() / job.transfers.size();
+        const DeviceId sender =
+            least_loaded_on(t, hosts[(run + static_cast<size_t>(it - first)) % hosts.size()]);
+        loads.add(t, sender, t.bytes);
+        if (t.stage) {
+          Transfer handover = t;
+          handover.receivers = {*t.stage};
+          ops.push_back(transfer_op(handover, t.slice, job, sender, batch, options.chunk_bytes));
+        }
+        ops.push_back(
+            transfer_op(t, t.slice, job, t.stage.value_or(sender), batch, options.chunk_bytes));
+      }
+    ops.insert(ops.end(), gathers.begin(), gathers.end());
+    gathers = std::move(next);
+    first = last;
+  }
+  ops.insert(ops.end(), gathers.begin(), gathers.end());
+  for (const auto& [job, t] : local) {
+    const DeviceId sender = least_loaded_on(*t, cluster.host_of(t->receivers[0]));
+    loads.add(*t, sender, t->bytes);
+    ops.push_back(transfer_op(*t, t->slice, *job, sender, batch, options.chunk_bytes));
+  }
+  return ops;
+}
+
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
                               const PlanOptions& options, Shape shape) {
   const OrderPlanner planner(batch, jobs, options, shape);

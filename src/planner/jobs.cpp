@@ -195,12 +195,17 @@ bool host_holds(const Transfer& t, int host, const Cluster& cluster) {
 }
 
 // The receiving hosts of `t` that do not hold its slice (hosts ascending) when the slice can go
-// to them by rails, else empty: either every one has the same number g >= 2 of receivers, which
-// are its rails, or every one has g >= 2 NICs with devices, and its rails are a device on each of
-// its first g NICs (rails rule: local device l on NIC l mod K): a receiver on that NIC where there
-// is one, else the NIC's first device, which only relays. Without the second, a host with fewer
-// receivers than NICs took everything through its receivers' NICs.
-std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster) {
+// to them by rails, else empty. Where every such host has g >= 2 NICs with devices (g: the fewest),
+// its rails are a device on each of its first g NICs (rails rule: local device l on NIC l mod K):
+// a receiver on that NIC where there is one (the `turn(host)`-th of them, cyclic, so that the
+// slices a host takes in over one NIC land on different devices and leave them again at once),
+// else the NIC's first device, which only relays. So a host with more receivers than NICs takes
+// one rail per NIC (two rails on one NIC from one holder would run one after the other, and the
+// planner's greedy packs such halves unevenly), and one with fewer takes every NIC's share.
+// Where every host has the same number g >= 2 of receivers, they are the rails `per_receiver`, or
+// where a host has one NIC.
+std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool per_receiver,
+                                 const std::function<int(int)>& turn) {
   std::map<int, std::vector<DeviceId>> by_host;
   for (DeviceId r : t.receivers) by_host[cluster.host_of(r)].push_back(r);
   std::vector<RailHost> hosts;
@@ -213,17 +218,18 @@ std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster) {
     nics = std::min(nics, std::min(cluster.nics_of(host), cluster.devices_per_host));
     hosts.push_back({group, group});
   }
-  if (equal) return hosts;
+  if (equal && (per_receiver || nics < 2)) return hosts;
   if (nics < 2) return {};
   for (RailHost& h : hosts) {
     const int host = cluster.host_of(h.receivers[0]);
     h.rails.clear();
     for (int nic = 0; nic < nics; ++nic) {
-      const auto on_nic = std::find_if(h.receivers.begin(), h.receivers.end(),
-                                       [&](DeviceId r) { return cluster.nic_of(r) == nic; });
-      h.rails.push_back(on_nic != h.receivers.end()
-                            ? *on_nic
-                            : static_cast<DeviceId>(host * cluster.devices_per_host + nic));
+      std::vector<DeviceId> on_nic;
+      std::copy_if(h.receivers.begin(), h.receivers.end(), std::back_inserter(on_nic),
+                   [&](DeviceId r) { return cluster.nic_of(r) == nic; });
+      h.rails.push_back(on_nic.empty()
+                            ? static_cast<DeviceId>(host * cluster.devices_per_host + nic)
+                            : on_nic[turn(host) % on_nic.size()]);
     }
   }
   return hosts;
@@ -250,36 +256,42 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice, const Ra
 
 // Rail i of a slice leaves its holders' hosts by their NIC i mod n (n: a host's NICs with
 // devices), as on a rail-optimised fabric: only the holders on that NIC may send it, where some
-// are. Where none is and one host holds the slice, that NIC's first device may stage it
-// (Transfer::stage) unless it receives `whole` itself or is in `senders` (with stages at holders,
-// the staged rails delay the slices they send of their own: the planner tries both). Else the
-// balance could send every rail from one NIC's holders while the others idled. (A stage cannot
-// simply join the chain: the holder would hold its own send port as long as the stage's NIC hop
-// takes, and the rails would still leave one at a time.)
+// are. Else the balance could send every rail from one NIC's holders while the others idled. Where
+// one host holds the slice, a device of that NIC that neither holds nor receives it, nor is in
+// `senders`, may stage it (Transfer::stage): the holder hands the rail over over the device link,
+// in a tenth of the NIC's time or so, and is free again for its other rails and slices while the
+// stage sends it on (with stages at holders, the staged rails delay the slices those send of their
+// own: the planner tries both). (A stage cannot simply join the chain: the holder would hold its
+// own send port as long as the stage's NIC hop takes, and the rails would still leave one at a
+// time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
                    const Cluster& cluster) {
   const auto nic_of_rail = [&](int host) {
     return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
   };
+  const std::vector<DeviceId> holders = rail.candidates;
   std::vector<DeviceId> on_nic;
-  std::copy_if(rail.candidates.begin(), rail.candidates.end(), std::back_inserter(on_nic),
+  std::copy_if(holders.begin(), holders.end(), std::back_inserter(on_nic),
                [&](DeviceId d) { return cluster.nic_of(d) == nic_of_rail(cluster.host_of(d)); });
-  if (!on_nic.empty()) {
-    rail.candidates = std::move(on_nic);
+  if (!on_nic.empty()) rail.candidates = std::move(on_nic);
+  const int host = cluster.host_of(holders[0]);
+  if (!std::all_of(holders.begin(), holders.end(),
+                   [&](DeviceId d) { return cluster.host_of(d) == host; }))
     return;
+  for (int local = nic_of_rail(host); local < cluster.devices_per_host;
+       local += cluster.nics_of(host)) {
+    const auto d = static_cast<DeviceId>(host * cluster.devices_per_host + local);
+    if (!holds(holders, d) && !senders.contains(d) && !holds(whole.receivers, d)) {
+      rail.stage = d;
+      return;
+    }
   }
-  const int host = cluster.host_of(rail.candidates[0]);
-  const auto stage = static_cast<DeviceId>(host * cluster.devices_per_host + nic_of_rail(host));
-  if (std::all_of(rail.candidates.begin(), rail.candidates.end(),
-                  [&](DeviceId d) { return cluster.host_of(d) == host; }) &&
-      !senders.contains(stage) && !holds(whole.receivers, stage))
-    rail.stage = stage;
 }
 
 }  // namespace
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders) {
+                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver) {
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -287,12 +299,14 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       for (const Transfer& t : job.transfers)
         senders.insert(t.candidates.begin(), t.candidates.end());
   std::vector<Job> out;
+  std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
+  const auto first = [](int) { return 0; };
   for (const Job& job : jobs) {
     const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
                                          [](const Op& op) { return op.kind == OpKind::copy; });
     int64_t largest_rail = 0;  // bytes of the job's largest rail, 0 when it has none
     for (const Transfer& t : job.transfers) {
-      const auto hosts = rail_hosts(t, cluster);
+      const auto hosts = rail_hosts(t, cluster, per_receiver, first);
       const auto g = static_cast<int>(hosts.empty() ? 0 : hosts[0].rails.size());
       if (g >= 2 && !allgather_part(t.slice, g, g - 1).empty())
         largest_rail = std::max(largest_rail, t.bytes / g);
@@ -309,18 +323,23 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       --n;
     const int element = element_size(batch, job.tensor);
     for (int round = 0; round < n; ++round) {
-      Job part{job.tensor, job.task};
+      Job part{.tensor = job.tensor, .task = job.task, .round = round};
       for (const Transfer& t : job.transfers) {
         Transfer whole = t;
         whole.slice = allgather_part(t.slice, n, round);
         whole.bytes = whole.slice.volume() * element;
-        const auto hosts = rail_hosts(t, cluster);
+        const auto hosts =
+            rail_hosts(t, cluster, per_receiver, [&](int host) { return jobs_into[host] + round; });
         const auto g = static_cast<int>(hosts.empty() ? 0 : hosts[0].rails.size());
         if (g < 2 || allgather_part(whole.slice, g, g - 1).empty()) {
           part.transfers.push_back(std::move(whole));
           continue;
         }
-        for (int i = 0; i < g; ++i) {
+        // The rails from the holders' NIC on first, so that holders on different NICs, which
+        // send their rails one after another, start on different rails.
+        const int start = cluster.nic_of(t.candidates[0]) % g;
+        for (int j = 0; j < g; ++j) {
+          const int i = (start + j) % g;
           Transfer rail = whole;
           rail.slice = allgather_part(whole.slice, g, i);
           rail.bytes = rail.slice.volume() * element;
@@ -328,6 +347,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
           leave_by_rail(rail, i, whole, senders, cluster);
           rail.splittable = false;
+          rail.host_turn = round;
           part.transfers.push_back(std::move(rail));
         }
         for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, h, part.then);
@@ -339,6 +359,9 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));
     }
+    for (const Transfer& t : job.transfers)
+      for (const RailHost& h : rail_hosts(t, cluster, per_receiver, first))
+        ++jobs_into[cluster.host_of(h.receivers[0])];
   }
   return out;
 }
@@ -390,6 +413,15 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int host = cluster.host_of(*group);
     return std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
   };
+  if (transfer.host_turn > 0) {
+    auto others = chain.begin();
+    while (others != chain.end() && cluster.host_of(*others) == home) ++others;
+    std::vector<std::vector<DeviceId>::iterator> groups;
+    for (auto group = others; group != chain.end(); group = group_end(group))
+      groups.push_back(group);
+    if (groups.size() > 1)
+      std::rotate(others, groups[transfer.host_turn % groups.size()], chain.end());
+  }
   // Each other host is entered at its device of smallest key (the balance mode's choice), the
   // rest of its devices following in cyclic order: with several NICs per host, chains spread over
   // them.

@@ -23,6 +23,11 @@ struct Transfer {
   // A device of the holders' host that does not hold the slice, on a NIC no holder is on: balance
   // order may also send the slice to it over the device link, and from it to the receivers.
   std::optional<DeviceId> stage = {};
+  // A chain through several other hosts starts at the `host_turn`-th of them (cyclic, in id
+  // order): rails turn it round by round, so that each host relays only some rounds and, while
+  // it is a chain's last host (which forwards nothing), gives its devices' send ports to the
+  // gathers inside it.
+  int host_turn = 0;
 };
 
 // The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
@@ -32,6 +37,7 @@ struct Job {
   int task = 0;  // within the tensor
   std::vector<Transfer> transfers = {};
   std::vector<Op> then = {};
+  int round = 0;  // of a job laid on rails (rail_jobs)
   int64_t bytes() const;
 };
 
@@ -54,7 +60,7 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // leaves by the holders on the rail's NIC, or, where none is, may be staged at that NIC's first
 // device (Transfer::stage): only where that device holds no slice, or `stage_at_holders` anywhere.
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders);
+                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver);
 
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {

@@ -176,7 +176,10 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // hosts hold unequal shares, the one that forwards all a host needs differs), can. And halves of
   // every slice let a device with several receivers take turns between them. Where a receiving
   // host has several NICs, chains enter it through one device each and, holding all its devices
-  // as relays, run one at a time: rails spread its receiving over all its NICs.
+  // as relays, run one at a time: rails spread its receiving over all its NICs, one per receiver
+  // (gathered by an allgather) or one per NIC. The greedy's timeline keeps a device's receipts
+  // apart, so it holds a host's next relays until its gathers end: rails are also laid in
+  // lockstep rounds (balance_rounds), whose chains turn their hosts round by round.
   if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate &&
       any_beyond_a_latency(batch, jobs)) {
     const auto fused_time = [&](const std::vector<Op>& ops) {
@@ -186,14 +189,16 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
           .time_s;
     };
     double best = fused_time(plan.ops);
-    const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
-                                   const PlanOptions& candidate, detail::Shape shape) {
-      if (best <= kNearTheBound * plan.lower_bound_s) return;
-      std::vector<Op> ops = detail::balance_order(batch, candidate_jobs, candidate, shape);
+    const auto near = [&] { return best <= kNearTheBound * plan.lower_bound_s; };
+    const auto try_ops = [&](std::vector<Op> ops) {
       if (const double time = fused_time(ops); time < best) {
         best = time;
         plan.ops = std::move(ops);
       }
+    };
+    const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
+                                   const PlanOptions& candidate, detail::Shape shape) {
+      if (!near()) try_ops(detail::balance_order(batch, candidate_jobs, candidate, shape));
     };
     if (!options.split && any_splittable(batch, jobs)) {
       PlanOptions split = options;
@@ -207,11 +212,16 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
     if (any_into_several_nics(batch, jobs))
-      for (bool stage_at_holders : {false, true})
-        try_candidate(detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
-                                        kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                                        stage_at_holders),
-                      options, detail::Shape::chains);
+      for (bool per_receiver : {true, false})
+        for (bool stage_at_holders : {false, true}) {
+          if (near()) break;
+          const auto rails =
+              detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
+                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+                                stage_at_holders, per_receiver);
+          try_candidate(rails, options, detail::Shape::chains);
+          if (!stage_at_holders && !near()) try_ops(detail::balance_rounds(batch, rails, options));
+        }
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
