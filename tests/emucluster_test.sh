@@ -139,19 +139,23 @@ check_no_processes calibrate
 # --- paper case 7 (1x4 S1RR -> 2x4 RRR) scaled down, played with send_recv and broadcast --------
 # Every destination element is checked against the pattern of its global index (--verify: exit 1
 # and "wrong" in the report on any mismatch): 4x1024x512 elements on each of the 8 receivers.
-verify_case7() {  # verify_case7 LABEL
-  local strategy report rc
-  for strategy in send_recv broadcast; do
-    report=$(run_mpi "$MESHCAST" run --backend mpi --paper-case 7 --scale 256 --strategy $strategy \
-      --iters 1 --warmup 0 --verify 2>&1)
-    rc=$?
-    if [[ $rc -eq 0 ]] && grep -qE "verify: 16777216 destination elements checked, 0 wrong$" <<<"$report"; then
-      pass "case 7 $strategy$1: every destination element right"
-    else
-      fail "case 7 $strategy$1: exit $rc: $report"
-    fi
-    check_no_processes "case 7 $strategy$1"
-  done
+# play_case7 LABEL [RUN OPTIONS...]: case 7 under the MPI backend with every element checked.
+play_case7() {
+  local label=$1 report rc
+  shift
+  report=$(run_mpi "$MESHCAST" run --backend mpi --paper-case 7 --scale 256 "$@" \
+    --iters 1 --warmup 0 --verify 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -qE "verify: 16777216 destination elements checked, 0 wrong$" <<<"$report"; then
+    pass "case 7 $label: every destination element right"
+  else
+    fail "case 7 $label: exit $rc: $report"
+  fi
+  check_no_processes "case 7 $label"
+}
+verify_case7() {  # verify_case7 LABEL: with send_recv and with broadcast
+  local strategy
+  for strategy in send_recv broadcast; do play_case7 "$strategy$1" --strategy $strategy; done
 }
 verify_case7 ""
 
@@ -219,14 +223,7 @@ print(d["nics_per_host"], *[n["gbps"] for n in d["calibration"]["nics"]])' "$two
     fail "two NICs: calibration gave '$rates', expected 2 and two rates 0.75..1.05 of $MBIT Mbit/s"
   fi
   tx_before=$(for r in 0 1; do ip netns exec "$NAME-h0" cat "/sys/class/net/eth$r/statistics/tx_bytes"; done)
-  report=$(run_mpi "$MESHCAST" run --backend mpi --paper-case 7 --scale 256 --cluster "$two_nics" \
-    --iters 1 --warmup 0 --verify 2>&1)
-  rc=$?
-  if [[ $rc -eq 0 ]] && grep -qE "verify: 16777216 destination elements checked, 0 wrong$" <<<"$report"; then
-    pass "case 7 on two NICs: every destination element right"
-  else
-    fail "case 7 on two NICs: exit $rc: $report"
-  fi
+  play_case7 "on two NICs" --cluster "$two_nics"
   sent=($(paste <(echo "$tx_before") <(for r in 0 1; do ip netns exec "$NAME-h0" cat "/sys/class/net/eth$r/statistics/tx_bytes"; done) | awk '{print $2 - $1}'))
   # Case 7 sends host 0's 8 MiB tensor to the 8 devices of hosts 1 and 2: at least 8 MiB leave
   # host 0, about half through each NIC when the ranks are on their rails (without the rail
