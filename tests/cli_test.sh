@@ -184,7 +184,7 @@ check bench-scale 0 "\(4,8\) RRR +broadcast/order" -- "$MESHCAST" bench --grow -
 check bench-grow-sharded 0 '"case":"s","effective_gbps":[0-9.]+,"layout":"\(4,8\) S0RS1 -> \(4,8\) S01RR"' -- "$MESHCAST" bench --grow --grow-hosts 4 --cases 7 --strategies broadcast/order --json
 check bench-bad-strategy 2 "bad strategy 'teleport' in --strategies" -- "$MESHCAST" bench --strategies send_recv,teleport
 check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,9
-check bench-bad-suite 2 "bad --suite 'foo'" -- "$MESHCAST" bench --suite foo
+check bench-bad-suite 2 "bad --suite 'foo': expected paper, single-sender, random, weights or weights-moe" -- "$MESHCAST" bench --suite foo
 check bench-bad-hosts 2 "bad host count '3' in --grow-hosts" -- "$MESHCAST" bench --grow --grow-hosts 3
 check bench-unwritable 2 "cannot write" -- "$MESHCAST" bench --cases 1 --svg "$TMP/no/dir/c.svg"
 LLAMA=(--arch llama --hidden 64 --layers 4 --ffn 96 --vocab 100)
@@ -284,7 +284,8 @@ WEIGHTS_DIR=$(mktemp -d)
 "$MESHCAST" bench --suite weights --json >"$WEIGHTS_DIR/weights.json" 2>&1
 check bench-weights-json 0 '\{"description":"Llama-70B tp=8,pp=4,dp=1 -> tp=8,pp=1,replicas=8","joint_speedup":[0-9.]+,"lower_bound_s":[0-9.]+,"method":"gather_broadcast","model":"llama70b"' -- cat "$WEIGHTS_DIR/weights.json"
 rm -rf "$WEIGHTS_DIR"
-check bench-weights-strategies 2 "--suite weights and --batch run every model with every method" -- "$MESHCAST" bench --suite weights --strategies send_recv
+check bench-weights-strategies 2 "--suite weights, --suite weights-moe and --batch run every model with every method" -- "$MESHCAST" bench --suite weights --strategies send_recv
+check bench-weights-moe-cases 2 "--suite weights, --suite weights-moe and --batch run every model with every method" -- "$MESHCAST" bench --suite weights-moe --cases 1
 
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]

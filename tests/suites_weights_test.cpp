@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
@@ -43,6 +44,41 @@ TEST(WeightsTest, SuiteModelsAreValidBatchesWithUniqueLabels) {
     c.batch.validate();
   }
   EXPECT_GE(labels.size(), 5u);
+}
+
+// The opt-in trillion-parameter rows are the syncs docs/results.md states: 256 trainer GPUs to
+// 256 and 2,048 serving GPUs, one byte per parameter, on the cluster configs/clusters/h20.json
+// ships (only built here: planning them takes minutes).
+TEST(WeightsTest, MoeSuiteSyncsTheTrillionParameterModelsOnH20Hosts) {
+  std::ifstream file(MESHCAST_SOURCE_DIR "/configs/clusters/h20.json");
+  ASSERT_TRUE(file) << "cannot read configs/clusters/h20.json";
+  const Cluster h20 = cluster_from_json(nlohmann::json::parse(file));
+  const auto suite = weights_moe_suite();
+  ASSERT_EQ(suite.size(), 4u);
+  std::set<std::string> labels;
+  for (const auto& c : suite) {
+    SCOPED_TRACE(c.label);
+    EXPECT_TRUE(labels.insert(c.label).second);
+    c.batch.validate();
+    const Batch& b = c.batch;
+    EXPECT_EQ(b.cluster.devices_per_host, h20.devices_per_host);
+    EXPECT_EQ(b.cluster.nics_per_host, h20.nics_per_host);
+    EXPECT_DOUBLE_EQ(b.cluster.nic_bandwidth, h20.nic_bandwidth);
+    EXPECT_DOUBLE_EQ(b.cluster.device_bandwidth, h20.device_bandwidth);
+    EXPECT_DOUBLE_EQ(b.cluster.latency, h20.latency);
+    std::set<DeviceId> sources, destinations;
+    int64_t bytes = 0;
+    for (const auto& t : b.tensors) {
+      EXPECT_EQ(t.tensor.dtype, DType::float8_e4m3fn);
+      bytes += t.tensor.bytes();
+      for (DeviceId d : t.src.mesh.devices()) sources.insert(d);
+      for (DeviceId d : t.dst.mesh.devices()) destinations.insert(d);
+    }
+    EXPECT_EQ(sources.size(), 256u);
+    EXPECT_EQ(destinations.size(), c.label.ends_with("-2048") ? 2048u : 256u);
+    const bool k2 = c.label.starts_with("kimi-k2");
+    EXPECT_NEAR(static_cast<double>(bytes) / 1e9, k2 ? 1026 : 671, k2 ? 5 : 1);
+  }
 }
 
 TEST(WeightsTest, JointAndPerTensorPlansMoveEveryElementOnTheLocalBackend) {

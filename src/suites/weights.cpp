@@ -20,7 +20,8 @@ WeightsCase model_case(std::string label, std::string name, const ModelConfig& c
                        const ModelParallelism& train, const ModelParallelism& serve,
                        const Cluster& cluster) {
   const auto side = [](const ModelParallelism& p, std::string_view replicas) {
-    return fmt::format("tp={},pp={},{}={}", p.tp, p.pp, replicas, p.replicas);
+    return fmt::format("tp={},pp={},{}={}{}", p.tp, p.pp, replicas, p.replicas,
+                       p.ep > 1 ? fmt::format(",ep={}", p.ep) : "");
   };
   std::string description =
       fmt::format("{} {} -> {}", name, side(train, "dp"), side(serve, "replicas"));
@@ -112,6 +113,24 @@ std::vector<WeightsCase> weights_suite() {
                              {.tp = 8, .replicas = 2}, eight_gpus));
   suite.push_back(model_case("llama7b-8x4nic-tp4", "Llama-7B", llama_7b(), {.tp = 8, .pp = 2},
                              {.tp = 4, .replicas = 4}, eight_gpus));
+  return suite;
+}
+
+std::vector<WeightsCase> weights_moe_suite() {
+  // configs/clusters/h20.json: 8 GPUs and eight 400 Gb/s NICs per host, 3,600 Gb/s NVLink.
+  const Cluster h20 = Cluster::from_gbps(
+      {.devices_per_host = 8, .nic_gbps = 400, .dev_gbps = 3600, .nics_per_host = 8});
+  std::vector<WeightsCase> suite;
+  for (const int64_t replicas : {16, 128})
+    for (const auto& [preset, name] :
+         {std::pair{"kimi-k2", "Kimi-K2"}, std::pair{"deepseek-v3", "DeepSeek-V3"}}) {
+      ModelConfig config = model_preset(preset);
+      config.dtype = DType::float8_e4m3fn;
+      const ModelParallelism train{.tp = 8, .pp = 8, .replicas = 4, .ep = 32};
+      const ModelParallelism serve{.tp = 16, .replicas = replicas, .ep = 16};
+      suite.push_back(model_case(fmt::format("{}-{}", preset, serve.devices()), name, config, train,
+                                 serve, h20));
+    }
   return suite;
 }
 

@@ -215,7 +215,7 @@ Cluster load_links(const std::string& path) {
 
 void print_weights_table(const BenchOptions& o, const std::vector<WeightsCase>& suite,
                          const std::vector<WeightsRow>& rows, const std::vector<Skipped>& skipped) {
-  fmt::print("suite {}, backend {}; cluster: {}\n", o.batch_file.empty() ? "weights" : "batch",
+  fmt::print("suite {}, backend {}; cluster: {}\n", o.batch_file.empty() ? o.suite : "batch",
              o.backend, suite.empty() ? "-" : cluster_line(suite.front().batch.cluster));
   size_t width = 5;
   for (const auto& r : rows) width = std::max(width, r.label.size());
@@ -246,7 +246,7 @@ nlohmann::json weights_json(const BenchOptions& o, const std::vector<WeightsCase
                             const std::vector<WeightsRow>& rows,
                             const std::vector<Skipped>& skipped) {
   nlohmann::json j = {{"meshcast_version", kVersion},
-                      {"suite", o.batch_file.empty() ? "weights" : "batch"},
+                      {"suite", o.batch_file.empty() ? o.suite : "batch"},
                       {"backend", o.backend}};
   if (!suite.empty()) j["cluster"] = cluster_to_json(suite.front().batch.cluster);
   j["rows"] = nlohmann::json::array();
@@ -275,12 +275,12 @@ nlohmann::json weights_json(const BenchOptions& o, const std::vector<WeightsCase
 void run_weights(const BenchOptions& o) {
   if (!o.cases.empty() || !o.strategies.empty() || o.grow)
     throw InvalidArgument(
-        "--suite weights and --batch run every model with every method: expected no --cases, "
-        "--strategies or --grow");
+        "--suite weights, --suite weights-moe and --batch run every model with every method: "
+        "expected no --cases, --strategies or --grow");
   if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
   std::vector<WeightsCase> suite;
   if (o.batch_file.empty()) {
-    suite = weights_suite();
+    suite = o.suite == "weights" ? weights_suite() : weights_moe_suite();
   } else {
     Batch batch = load_batch_file(o.batch_file);
     const auto description = fmt::format("{} tensors", batch.tensors.size());
@@ -328,7 +328,8 @@ void run_weights(const BenchOptions& o) {
 
 void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
-  if (o.suite == "weights" || !o.batch_file.empty()) return run_weights(o);
+  if (o.suite == "weights" || o.suite == "weights-moe" || !o.batch_file.empty())
+    return run_weights(o);
   if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
   const auto strategies = o.strategies.empty() ? all_strategies() : parse_strategies(o.strategies);
   const auto numbers = o.cases.empty() ? std::vector<int>{} : parse_case_numbers(o.cases);
@@ -364,8 +365,9 @@ void run_bench(const BenchOptions& o) {
                                     o.bytes > 0 ? o.bytes : default_bytes(links))
                      : random_suite(o.seed, o.count);
   } else {
-    throw InvalidArgument(
-        fmt::format("bad --suite '{}': expected paper, single-sender, random or weights", o.suite));
+    throw InvalidArgument(fmt::format(
+        "bad --suite '{}': expected paper, single-sender, random, weights or weights-moe",
+        o.suite));
   }
 
   if (links)
@@ -423,7 +425,7 @@ void add_bench_verb(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* verb = app.add_subcommand(
       "bench", "Time every case of a suite with every strategy (simulated by default)");
-  verb->add_option("--suite", o->suite, "paper | single-sender | random | weights")
+  verb->add_option("--suite", o->suite, "paper | single-sender | random | weights | weights-moe")
       ->capture_default_str();
   verb->add_option("--seed", o->seed, "Seed of the random suite")->capture_default_str();
   verb->add_option("--count", o->count, "Cases of the random suite")

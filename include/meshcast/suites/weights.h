@@ -26,6 +26,11 @@ struct WeightsCase {
 // host) and by tp=4 (two replicas per host). The paper's cluster figures (10 Gbps NICs, 100 Gbps
 // device links; 4 devices and 1 NIC per host unless the description says otherwise).
 std::vector<WeightsCase> weights_suite();
+// The trillion-parameter rows, opt-in (`meshcast bench --suite weights-moe`: minutes of CPU, so
+// no test plans them): Kimi-K2 and DeepSeek-V3 in float8_e4m3fn from a Megatron trainer of 256
+// GPUs (tp=8,pp=8,dp=4,ep=32) to vLLM-style servers of tp=16,ep=16 with 16 and 128 replicas (256
+// and 2,048 GPUs), on H20 hosts (configs/clusters/h20.json).
+std::vector<WeightsCase> weights_moe_suite();
 
 enum class WeightsMethod { joint, per_tensor, full_broadcast, gather_broadcast };
 std::string_view to_string(WeightsMethod method);
