@@ -39,6 +39,13 @@ ip netns del "$probe"
 
 # --- bring up a cluster of our own: a name and subnet no other run uses ---------------------------
 NAME=t$(($$ % 1000000))
+AUTOGROUP=/proc/sys/kernel/sched_autogroup_enabled
+# Another cluster up (not ours) keeps autogroup off after our down: check the restore only when
+# ours is the only one.
+autogroup_before=""
+if [[ -w $AUTOGROUP ]] && ! compgen -G "/run/emucluster/*/" >/dev/null; then
+  autogroup_before=$(cat "$AUTOGROUP")
+fi
 cleanup() {
   local pids
   pids=$(for ns in $(ip netns list | awk '{print $1}' | grep -E "^$NAME-h[0-9]+$"); do
@@ -51,6 +58,9 @@ cleanup() {
   for pid in $pids; do
     if kill -0 "$pid" 2>/dev/null; then fail "down left process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline")"; fi
   done
+  if [[ -n $autogroup_before && $(cat "$AUTOGROUP") != "$autogroup_before" ]]; then
+    fail "down left kernel.sched_autogroup_enabled at $(cat "$AUTOGROUP"), expected $autogroup_before (its value before up)"
+  fi
   if [[ $failures -eq 0 ]]; then
     echo "PASS emucluster_test"
     exit 0
@@ -74,6 +84,9 @@ bring_up() {
   exit 1
 }
 bring_up
+if [[ -w $AUTOGROUP ]]; then
+  if [[ $(cat "$AUTOGROUP") == 0 ]]; then pass "up: autogroup scheduling off"; else fail "up left autogroup scheduling on"; fi
+fi
 
 # No process may outlive an mpirun step inside the hosts (orted, ranks).
 check_no_processes() {
