@@ -167,6 +167,11 @@ echo '{"hosts": 2000000000}' >"$TMP/huge-cluster.json"
 check simulate-huge-cluster 2 "cluster of 2000000000 hosts x 4 devices .* expected at most 4194304" -- "$MESHCAST" simulate --paper-case 7 --cluster "$TMP/huge-cluster.json"
 check simulate-no-cluster 2 "cannot read cluster file '/no/such.json'" -- "$MESHCAST" simulate --paper-case 7 --cluster /no/such.json
 check simulate-bad-nics 2 "bad --nics-per-host -1" -- "$MESHCAST" simulate --paper-case 7 --nics-per-host -1
+check plan-nics 0 "on 3 hosts x 4 devices, 2 NICs each" -- "$MESHCAST" plan --paper-case 7 --nics-per-host 2
+check plan-nics-bound 0 "estimate: .*\(1\.0[0-4][0-9]x the lower bound\)" -- "$MESHCAST" plan --paper-case 7 --nics-per-host 2
+check plan-bad-nics 2 "bad --nics-per-host 0: expected a number in 1..1024" -- "$MESHCAST" plan --paper-case 7 --nics-per-host 0
+"$MESHCAST" plan --paper-case 7 --json >"$TMP/p7.json"
+check simulate-plan-nics 2 "--nics-per-host conflicts with --plan" -- "$MESHCAST" simulate --plan "$TMP/p7.json" --nics-per-host 2
 "$MESHCAST" plan --paper-case 7 --strategy allgather --json >"$TMP/plan.json"
 check simulate-plan-file 0 "plan: allgather balance size" -- "$MESHCAST" simulate --plan "$TMP/plan.json"
 "$MESHCAST" simulate --paper-case 1 --trace "$TMP/trace.json" >/dev/null

@@ -75,7 +75,11 @@ std::vector<CLI::Option*> add_cluster_options(CLI::App& verb, ClusterOptions& o)
               ->check(positive()),
           verb.add_option("--latency-us", o.latency_us, "Per-message latency, microseconds")
               ->capture_default_str()
-              ->check(in_range(0))};
+              ->check(in_range(0)),
+          verb.add_option("--nics-per-host", o.nics_per_host,
+                          "NICs per host, each at --nic-gbps; local device l uses NIC l mod K")
+              ->capture_default_str()
+              ->check(in_range(1, kMaxNicsPerHost))};
 }
 
 CLI::Option* add_timeout_option(CLI::App& verb, double& timeout_s, const std::string& phases) {
@@ -132,6 +136,17 @@ int hosts_used(const Mesh& mesh, int devices_per_host) {
 
 }  // namespace
 
+namespace {
+
+void set_links(Cluster& cluster, const ClusterOptions& c) {
+  cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
+  cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
+  cluster.latency = c.latency_us * 1e-6;
+  cluster.nics_per_host = c.nics_per_host;
+}
+
+}  // namespace
+
 Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
   if (o.paper_case != 0) {
     const auto cases = paper_cases(o.scale);
@@ -139,9 +154,8 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
       throw InvalidArgument(
           fmt::format("bad --paper-case {}: expected 1..{}", o.paper_case, cases.size()));
     Resharding p = cases[o.paper_case - 1].problem;
-    p.cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
-    p.cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
-    p.cluster.latency = c.latency_us * 1e-6;
+    set_links(p.cluster, c);
+    p.validate();
     return p;
   }
   for (const auto& [value, name] : {std::pair{&o.shape, "--shape"},
@@ -173,9 +187,7 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
   if (o.hosts < 0) throw InvalidArgument(fmt::format("bad --hosts {}: expected > 0", o.hosts));
   p.cluster.hosts =
       o.hosts > 0 ? o.hosts : std::max(hosts_used(src, per_host), hosts_used(dst, per_host));
-  p.cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
-  p.cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
-  p.cluster.latency = c.latency_us * 1e-6;
+  set_links(p.cluster, c);
   const int rank = p.tensor.rank();
   p.src = make_layout(std::move(src), o.src_spec, o.src_axes, rank, "--src-spec");
   p.dst = make_layout(std::move(dst), o.dst_spec, o.dst_axes.empty() ? o.src_axes : o.dst_axes,
@@ -320,13 +332,22 @@ std::string tensor_class(std::string_view name) {
   return out;
 }
 
+// "3 hosts x 4 devices", and the NICs where a host has several: ", 2 NICs each".
+std::string hosts_text(const Cluster& c) {
+  std::string text = fmt::format("{} hosts x {} devices", c.hosts, c.devices_per_host);
+  if (!c.host_nics.empty())
+    text += ", NICs per host as the cluster lists them";
+  else if (c.nics_per_host > 1)
+    text += fmt::format(", {} NICs each", c.nics_per_host);
+  return text;
+}
+
 }  // namespace
 
 void print_problem_header(const Batch& batch) {
   if (batch.tensors.size() > 1) {
-    fmt::print("batch of {} tensors, {}, on {} hosts x {} devices\n", batch.tensors.size(),
-               human_bytes(static_cast<double>(batch.bytes())), batch.cluster.hosts,
-               batch.cluster.devices_per_host);
+    fmt::print("batch of {} tensors, {}, on {}\n", batch.tensors.size(),
+               human_bytes(static_cast<double>(batch.bytes())), hosts_text(batch.cluster));
     struct Class {
       int count = 0;
       int64_t bytes = 0;
@@ -357,10 +378,9 @@ void print_problem_header(const Batch& batch) {
   const Resharding p = batch.resharding(0);
   fmt::print("tensor {} {} ({})\n", shape_to_string(p.tensor.shape, 'x'), to_string(p.tensor.dtype),
              human_bytes(static_cast<double>(p.tensor.bytes())));
-  fmt::print("src {} {} -> dst {} {} on {} hosts x {} devices\n",
-             mesh_shape_to_string(p.src.mesh.shape()), p.src.spec.to_string(),
-             mesh_shape_to_string(p.dst.mesh.shape()), p.dst.spec.to_string(), p.cluster.hosts,
-             p.cluster.devices_per_host);
+  fmt::print("src {} {} -> dst {} {} on {}\n", mesh_shape_to_string(p.src.mesh.shape()),
+             p.src.spec.to_string(), mesh_shape_to_string(p.dst.mesh.shape()),
+             p.dst.spec.to_string(), hosts_text(p.cluster));
 }
 
 std::string human_seconds(double seconds) {

@@ -36,6 +36,7 @@ struct ClusterOptions {
   double nic_gbps = 10;
   double dev_gbps = 100;
   double latency_us = 5;
+  int nics_per_host = 1;  // each at nic_gbps; local device l on NIC l mod K
 };
 
 // Add the options and return them. --paper-case excludes the layout options it replaces and

@@ -25,7 +25,6 @@ struct ModelOptions {
   std::string train = "tp=1";
   std::string serve = "tp=1";
   int devices_per_host = 4;
-  int nics_per_host = 1;
   ClusterOptions cluster;
   std::string cluster_file;  // a cluster document: devices per host, NICs and links
   std::string output;
@@ -79,7 +78,7 @@ void run_model(const ModelOptions& o) {
                         .nic_bandwidth = gbps_to_bytes(o.cluster.nic_gbps),
                         .device_bandwidth = gbps_to_bytes(o.cluster.dev_gbps),
                         .latency = o.cluster.latency_us * 1e-6,
-                        .nics_per_host = o.nics_per_host};
+                        .nics_per_host = o.cluster.nics_per_host};
   const Cluster cluster =
       o.cluster_file.empty() ? options : load_cluster_file(o.cluster_file, options);
   const Batch batch =
@@ -142,9 +141,6 @@ void add_model_verb(CLI::App& app) {
   auto links = add_cluster_options(*verb, o->cluster);
   links.push_back(verb->add_option("--devices-per-host", o->devices_per_host, "Devices per host")
                       ->capture_default_str());
-  links.push_back(
-      verb->add_option("--nics-per-host", o->nics_per_host, "NICs per host (--nic-gbps each)")
-          ->capture_default_str());
   auto* cluster = verb->add_option(
       "--cluster", o->cluster_file,
       "A cluster file (e.g. configs/clusters/h20.json): devices and "

@@ -24,7 +24,6 @@ namespace {
 struct SimulateOptions {
   PlanSourceOptions source;
   std::string cluster_file;
-  int nics_per_host = 0;  // 0: keep the cluster's
   int top = 5;
   bool json = false;
   std::string trace_file;
@@ -36,16 +35,10 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The cluster to simulate on: the plan's, then the --cluster file's keys, then --nics-per-host.
+// The cluster to simulate on: the plan's, with the --cluster file's keys over it.
 Cluster target_cluster(const SimulateOptions& o, const Cluster& plan_cluster) {
   Cluster c =
       o.cluster_file.empty() ? plan_cluster : load_cluster_file(o.cluster_file, plan_cluster);
-  if (o.nics_per_host < 0)
-    throw InvalidArgument(fmt::format("bad --nics-per-host {}: expected > 0", o.nics_per_host));
-  if (o.nics_per_host > 0) {
-    c.nics_per_host = o.nics_per_host;
-    c.host_nics.clear();
-  }
   c.validate();
   return c;
 }
@@ -165,9 +158,6 @@ void add_simulate_verb(CLI::App& app) {
   add_plan_source_options(*verb, o->source);
   verb->add_option("--cluster", o->cluster_file,
                    "Cluster JSON (docs/json.md); its keys replace the layout's cluster");
-  verb->add_option("--nics-per-host", o->nics_per_host,
-                   "NICs per host, each at --nic-gbps; devices spread evenly over them")
-      ->check(in_range(1, 1024));
   verb->add_option("--top", o->top, "Busiest links to list")
       ->capture_default_str()
       ->check(in_range(0));
