@@ -388,6 +388,24 @@ TEST(LowerBoundTest, BytesHeldOnlyInsideAHostSetLeaveThroughItsNics) {
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 40.0 + p.cluster.latency);
 }
 
+TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
+  // Device 0 alone holds 40 B that devices 2 and 3 of host 1 need; two NICs per host (1 B/s each,
+  // device l on NIC l), 4 B/s device links. Host 1 takes in 40 B over two NICs (20 s), but every
+  // byte leaves device 0, which sends one op at a time: `a` bytes over its own NIC (a / 1 s) and
+  // the rest over its link to device 1, whose NIC sends them (at most T B in T s). So T >=
+  // a + (40 - a) / 4 with 40 - a <= T: 40 B over 1 * (1 - 1/4) + 1 = 1.75 B/s, 160/7 s.
+  auto p = problem_of({10}, Mesh({1}, {0}), "R", Mesh({2}, {2, 3}), "R", 2, 2);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 2;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 160.0 / 7 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 160.0 / 7);
+  // A second holder on host 0 sends over the other NIC itself: 40 B over two NICs.
+  auto two = problem_of({10}, Mesh({2}, {0, 1}), "R", Mesh({2}, {2, 3}), "R", 2, 2);
+  two.cluster = p.cluster;
+  EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 20 + two.cluster.latency);
+}
+
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
   auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);
