@@ -254,38 +254,45 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice, const Ra
             host.rails[i], {r}));
 }
 
-// Rail i of a slice leaves its holders' hosts by their NIC i mod n (n: a host's NICs with
-// devices), as on a rail-optimised fabric: only the holders on that NIC may send it, where some
-// are. Else the balance could send every rail from one NIC's holders while the others idled. Where
-// one host holds the slice, a device of that NIC that neither holds nor receives it, nor is in
-// `senders`, may stage it (Transfer::stage): the holder hands the rail over over the device link,
+// Rail i of a slice leaves each holding host by its NIC i mod n (n: the host's NICs with devices),
+// as on a rail-optimised fabric: only the host's holders on that NIC may send it, where some are.
+// Else the balance could send every rail from one NIC's holders while the others idled. On each
+// holding host, a device of that NIC that neither holds nor receives the slice, nor is in
+// `senders`, may stage it (Transfer::stages): a holder hands the rail over over the device link,
 // in a tenth of the NIC's time or so, and is free again for its other rails and slices while the
 // stage sends it on (with stages at holders, the staged rails delay the slices those send of their
-// own: the planner tries both). (A stage cannot simply join the chain: the holder would hold its
-// own send port as long as the stage's NIC hop takes, and the rails would still leave one at a
-// time.)
+// own: the planner tries both). So a host whose holders are all on one NIC (a single holder, or
+// each host of a replicated slice holding it on its first device) still sends on every NIC. A
+// host with neither a holder on the NIC nor a stage does not send the rail, unless no host can.
+// (A stage cannot simply join the chain: the holder would hold its own send port as long as the
+// stage's NIC hop takes, and the rails would still leave one at a time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
                    const Cluster& cluster) {
-  const auto nic_of_rail = [&](int host) {
-    return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
-  };
-  const std::vector<DeviceId> holders = rail.candidates;
-  std::vector<DeviceId> on_nic;
-  std::copy_if(holders.begin(), holders.end(), std::back_inserter(on_nic),
-               [&](DeviceId d) { return cluster.nic_of(d) == nic_of_rail(cluster.host_of(d)); });
-  if (!on_nic.empty()) rail.candidates = std::move(on_nic);
-  const int host = cluster.host_of(holders[0]);
-  if (!std::all_of(holders.begin(), holders.end(),
-                   [&](DeviceId d) { return cluster.host_of(d) == host; }))
-    return;
-  for (int local = nic_of_rail(host); local < cluster.devices_per_host;
-       local += cluster.nics_of(host)) {
-    const auto d = static_cast<DeviceId>(host * cluster.devices_per_host + local);
-    if (!holds(holders, d) && !senders.contains(d) && !holds(whole.receivers, d)) {
-      rail.stage = d;
-      return;
+  std::set<DeviceId> kept;
+  for (const int host : hosts_of(rail.candidates, cluster)) {
+    const int nic = i % std::min(cluster.nics_of(host), cluster.devices_per_host);
+    const auto first = cluster.device_id(host, 0);
+    std::optional<DeviceId> stage;
+    for (int local = nic; local < cluster.devices_per_host && !stage;
+         local += cluster.nics_of(host)) {
+      const DeviceId d = first + local;
+      if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d))
+        stage = d;
+    }
+    bool on_nic = false;
+    for (DeviceId d : rail.candidates)
+      if (cluster.host_of(d) == host && cluster.nic_of(d) == nic) {
+        on_nic = true;
+        kept.insert(d);
+      }
+    if (stage) {
+      rail.stages.push_back(*stage);
+      if (!on_nic)
+        for (DeviceId d : rail.candidates)
+          if (cluster.host_of(d) == host) kept.insert(d);
     }
   }
+  if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
 }
 
 }  // namespace
@@ -364,6 +371,12 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         ++jobs_into[cluster.host_of(h.receivers[0])];
   }
   return out;
+}
+
+std::optional<DeviceId> Transfer::stage_on(int host, const Cluster& cluster) const {
+  const auto it = std::find_if(stages.begin(), stages.end(),
+                               [&](DeviceId d) { return cluster.host_of(d) == host; });
+  return it == stages.end() ? std::nullopt : std::optional(*it);
 }
 
 int64_t Job::bytes() const {
