@@ -616,5 +616,18 @@ TEST(PlannerTest, EveryHoldingHostStagesItsRailsOnItsOtherNics) {
   EXPECT_LE(order_ratio(p, false), 1.25);
 }
 
+// Device 3 (host 1, NIC 1) alone holds the tensor, which device 2 beside it (NIC 0) and devices 0
+// and 4 of hosts 0 and 2 need. The only device on host 1's NIC 0 is a receiver, so no stage that
+// holds and receives nothing can take the rails of NIC 0 (1.90x the bound: everything left by
+// NIC 1). Device 2 stages them: it keeps each such rail as its part of the slice and takes the
+// other parts from device 3 over the device link (1.17x: device 3 sends one op at a time, and
+// device 2's parts take a tenth of a NIC's time each; random suite seed 311 r23).
+TEST(PlannerTest, AReceiverBesideTheSingleHolderStagesTheRailsOfItsNic) {
+  Resharding p = problem_of({16777216}, Mesh({1}, {3}), "R", Mesh({3, 1}, {0, 2, 4}), "R", 3, 2);
+  p.tensor.dtype = DType::float32;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.2);
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -382,6 +382,11 @@ class OrderPlanner {
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];
       const int home_host = cluster.host_of(sender);
+      if (t.stage_receives) {  // the rail must go through its stage
+        const DeviceId stage = t.stages[0];
+        consider({op_to({stage}, sender), op_to(t.receivers, stage)}, {-1, 0});
+        continue;
+      }
       if (shape_ == Shape::chains) {
         consider({op_to(t.receivers, sender)}, {});
         // Handed over the device link to the stage first, the slice leaves by the stage's NIC

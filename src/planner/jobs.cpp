@@ -279,6 +279,17 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
       if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d))
         stage = d;
     }
+    // Where one host holds the slice and that NIC's devices are its receivers, the first of them
+    // may stage the rail, which it keeps as its part of the slice (Transfer::stage_receives).
+    if (!stage && std::all_of(rail.candidates.begin(), rail.candidates.end(),
+                              [&](DeviceId d) { return cluster.host_of(d) == host; }))
+      for (DeviceId d : whole.receivers)
+        if (cluster.host_of(d) == host && cluster.nic_of(d) == nic && !holds(rail.candidates, d) &&
+            !senders.contains(d)) {
+          stage = d;
+          rail.stage_receives = true;
+          break;
+        }
     bool on_nic = false;
     for (DeviceId d : rail.candidates)
       if (cluster.host_of(d) == host && cluster.nic_of(d) == nic) {
@@ -358,10 +369,26 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           part.transfers.push_back(std::move(rail));
         }
         for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, h, part.then);
-        // The receivers on hosts that hold the slice get it whole, over device links.
+        // The receivers on hosts that hold the slice get it whole, over device links; a receiver
+        // that stages a rail gets the other parts only.
         std::erase_if(whole.receivers,
                       [&](DeviceId r) { return !host_holds(t, cluster.host_of(r), cluster); });
-        if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
+        std::vector<DeviceId> staged(g, -1);  // per rail: the receiver that stages it, or -1
+        for (int j = 0; j < g; ++j)
+          if (const Transfer& rail = part.transfers.end()[j - g]; rail.stage_receives)
+            staged[(start + j) % g] = rail.stages[0];
+        if (std::all_of(staged.begin(), staged.end(), [](DeviceId d) { return d < 0; })) {
+          if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
+          continue;
+        }
+        for (int i = 0; i < g; ++i) {
+          Transfer rest = whole;
+          rest.slice = allgather_part(whole.slice, g, i);
+          rest.bytes = rest.slice.volume() * element;
+          std::erase(rest.receivers, staged[i]);
+          rest.splittable = false;
+          if (!rest.receivers.empty()) part.transfers.push_back(std::move(rest));
+        }
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));

@@ -24,6 +24,9 @@ struct Transfer {
   // should leave that host by: balance order may also send the slice to the stage of its sender's
   // host over the device link, and from it to the receivers.
   std::vector<DeviceId> stages = {};
+  // The one stage is a receiver of the whole slice on the one holders' host: the slice (a rail)
+  // must go through it, which keeps it as its part, and it gets the other parts by other transfers.
+  bool stage_receives = false;
   // A chain through several other hosts starts at the `host_turn`-th of them (cyclic, in id
   // order): rails turn it round by round, so that each host relays only some rounds and, while
   // it is a chain's last host (which forwards nothing), gives its devices' send ports to the
@@ -63,7 +66,8 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // one round's gathers run while the next round's rails arrive. A rail leaves each holding host by
 // the holders on the rail's NIC, or may be staged at that NIC's first device that neither holds
 // nor receives the slice (Transfer::stages): only where that device holds no slice, or
-// `stage_at_holders` anywhere.
+// `stage_at_holders` anywhere; where one host holds the slice and only receivers are on that NIC,
+// at the first of them (Transfer::stage_receives).
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, bool stage_at_holders, bool per_receiver);
 
