@@ -255,22 +255,36 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice, const Ra
 }
 
 // Rail i of a slice leaves each holding host by its NIC i mod n (n: the host's NICs with devices),
-// as on a rail-optimised fabric: only the host's holders on that NIC may send it, where some are.
-// Else the balance could send every rail from one NIC's holders while the others idled. On each
-// holding host, a device of that NIC that neither holds nor receives the slice, nor is in
-// `senders`, may stage it (Transfer::stages): a holder hands the rail over over the device link,
-// in a tenth of the NIC's time or so, and is free again for its other rails and slices while the
-// stage sends it on (with stages at holders, the staged rails delay the slices those send of their
-// own: the planner tries both). So a host whose holders are all on one NIC (a single holder, or
-// each host of a replicated slice holding it on its first device) still sends on every NIC. A
-// host with neither a holder on the NIC nor a stage does not send the rail, unless no host can.
+// as on a rail-optimised fabric: only the holders on that NIC may send it, where some are. Else
+// the balance could send every rail from one NIC's holders while the others idled. Where one host
+// holds the slice, or no holder is on that NIC (or `beside`), on each holding host a device of
+// that NIC that neither holds nor receives the slice, nor is in `senders`, may stage it
+// (Transfer::stages), handed over by the host's holders on the NIC, or by any of its holders
+// where none is: a holder hands the rail over the device link, in a tenth of the NIC's time or
+// so, and is free again for its other rails and slices while the stage sends it on (with stages
+// at holders, the staged rails delay the slices those send of their own: the planner tries
+// both). So a host whose holders are all on one NIC (a single holder, or each host of a
+// replicated slice holding it on its first device) still sends on every NIC. A host with neither
+// a holder on the NIC nor a stage does not send the rail, unless no host can.
 // (A stage cannot simply join the chain: the holder would hold its own send port as long as the
 // stage's NIC hop takes, and the rails would still leave one at a time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
-                   const Cluster& cluster) {
+                   bool beside, const Cluster& cluster) {
+  const auto nic_of_rail = [&](int host) {
+    return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
+  };
+  const auto hosts = hosts_of(rail.candidates, cluster);
   std::set<DeviceId> kept;
-  for (const int host : hosts_of(rail.candidates, cluster)) {
-    const int nic = i % std::min(cluster.nics_of(host), cluster.devices_per_host);
+  for (DeviceId d : rail.candidates)
+    if (cluster.nic_of(d) == nic_of_rail(cluster.host_of(d))) kept.insert(d);
+  // Where several hosts hold the slice and some holders are on the rail's NIC, those send it
+  // (unless `beside`: then the other hosts may stage it too).
+  if (hosts.size() > 1 && !kept.empty() && !beside) {
+    std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
+    return;
+  }
+  for (const int host : hosts) {
+    const int nic = nic_of_rail(host);
     const auto first = cluster.device_id(host, 0);
     std::optional<DeviceId> stage;
     for (int local = nic; local < cluster.devices_per_host && !stage;
@@ -290,18 +304,12 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
           rail.stage_receives = true;
           break;
         }
-    bool on_nic = false;
-    for (DeviceId d : rail.candidates)
-      if (cluster.host_of(d) == host && cluster.nic_of(d) == nic) {
-        on_nic = true;
-        kept.insert(d);
-      }
-    if (stage) {
-      rail.stages.push_back(*stage);
-      if (!on_nic)
-        for (DeviceId d : rail.candidates)
-          if (cluster.host_of(d) == host) kept.insert(d);
-    }
+    if (!stage) continue;
+    rail.stages.push_back(*stage);
+    const auto on_host = [&](DeviceId d) { return cluster.host_of(d) == host; };
+    if (std::none_of(kept.begin(), kept.end(), on_host))
+      for (DeviceId d : rail.candidates)
+        if (on_host(d)) kept.insert(d);
   }
   if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
 }
@@ -309,7 +317,8 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
 }  // namespace
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver) {
+                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
+                           bool beside) {
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -363,7 +372,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, whole, senders, cluster);
+          leave_by_rail(rail, i, whole, senders, beside, cluster);
           rail.splittable = false;
           rail.host_turn = round;
           part.transfers.push_back(std::move(rail));

@@ -67,9 +67,11 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // the holders on the rail's NIC, or may be staged at that NIC's first device that neither holds
 // nor receives the slice (Transfer::stages): only where that device holds no slice, or
 // `stage_at_holders` anywhere; where one host holds the slice and only receivers are on that NIC,
-// at the first of them (Transfer::stage_receives).
+// at the first of them (Transfer::stage_receives). Where several hosts hold it and some holders
+// are on the rail's NIC, only those send it, unless `beside`: then the other hosts may stage it.
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver);
+                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
+                           bool beside = false);
 
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {
