@@ -595,9 +595,9 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
           continue;
         }
         // Where a job has staged rails, each of its rails leaves by the holding host whose NIC
-        // it would leave by (its stage's, else its holder's) has sent the fewest bytes so far (on
-        // ties the host of the run): runs alternate hosts job by job, which loads the NICs of
-        // holders that stage unevenly. Other jobs keep the runs.
+        // for it (its stage's, else its holder's) has sent the fewest bytes so far (on ties the
+        // host of the run): runs alternate hosts job by job, which loads the NICs of holders that
+        // stage unevenly. Other jobs keep the runs.
         const bool staged = std::any_of(job.transfers.begin(), job.transfers.end(),
                                         [](const Transfer& r) { return !r.stages.empty(); });
         const auto run = wave * hosts.size() / job.transfers.size();
