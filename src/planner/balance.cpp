@@ -141,7 +141,7 @@ std::vector<DeviceId> devices_of(const std::vector<Job>& jobs) {
     for (const Transfer& t : job.transfers) {
       devices.insert(devices.end(), t.candidates.begin(), t.candidates.end());
       devices.insert(devices.end(), t.receivers.begin(), t.receivers.end());
-      if (t.stage) devices.push_back(*t.stage);
+      devices.insert(devices.end(), t.stages.begin(), t.stages.end());
     }
     for (const Op& op : job.then)
       devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
@@ -382,11 +382,17 @@ class OrderPlanner {
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];
       const int home_host = cluster.host_of(sender);
+      if (t.stage_receives) {  // the rail must go through its stage
+        const DeviceId stage = t.stages[0];
+        consider({op_to({stage}, sender), op_to(t.receivers, stage)}, {-1, 0});
+        continue;
+      }
       if (shape_ == Shape::chains) {
         consider({op_to(t.receivers, sender)}, {});
         // Handed over the device link to the stage first, the slice leaves by the stage's NIC
         // while the holder's send port is free again after a tenth of the time or so.
-        if (t.stage) consider({op_to({*t.stage}, sender), op_to(t.receivers, *t.stage)}, {-1, 0});
+        if (const auto stage = t.stage_on(home_host, cluster))
+          consider({op_to({*stage}, sender), op_to(t.receivers, *stage)}, {-1, 0});
         std::vector<DeviceId> home, away;
         for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
         if (!home.empty() && !away.empty())
@@ -551,7 +557,9 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
         sender = d;
     return sender;
   };
+  std::map<std::pair<int, int>, int64_t> nic_out;  // bytes sent per (host, NIC)
   std::vector<Op> ops;
+  std::vector<Op> sends;    // the round's transfers from their senders or stages
   std::vector<Op> gathers;  // the follow-ups of the round before
   // Transfers into hosts that hold their slice, over device links only: after every round, so
   // that a holder's hand-overs to its stages, each a fraction of a rail's time on the NIC, never
@@ -586,18 +594,40 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
           local.emplace_back(&job, &t);
           continue;
         }
+        // Where a job has staged rails, each of its rails leaves by the holding host whose NIC
+        // for it (its stage's, else its holder's) has sent the fewest bytes so far (on ties the
+        // host of the run): runs alternate hosts job by job, which loads the NICs of holders that
+        // stage unevenly. Other jobs keep the runs.
+        const bool staged = std::any_of(job.transfers.begin(), job.transfers.end(),
+                                        [](const Transfer& r) { return !r.stages.empty(); });
         const auto run = wave * hosts.size() / job.transfers.size();
-        const DeviceId sender =
-            least_loaded_on(t, hosts[(run + static_cast<size_t>(it - first)) % hosts.size()]);
+        DeviceId sender = -1;
+        int64_t least = 0;
+        for (size_t turn = 0; turn < hosts.size(); ++turn) {
+          const int host = hosts[(run + static_cast<size_t>(it - first) + turn) % hosts.size()];
+          const DeviceId holder = least_loaded_on(t, host);
+          const int64_t sent =
+              nic_out[{host, cluster.nic_of(t.stage_on(host, cluster).value_or(holder))}];
+          if (sender < 0 || (sent < least && staged)) {
+            sender = holder;
+            least = sent;
+          }
+        }
         loads.add(t, sender, t.bytes);
-        if (t.stage) {
+        const auto stage = t.stage_on(cluster.host_of(sender), cluster);
+        nic_out[{cluster.host_of(sender), cluster.nic_of(stage.value_or(sender))}] += t.bytes;
+        if (stage) {
           Transfer handover = t;
-          handover.receivers = {*t.stage};
+          handover.receivers = {*stage};
           ops.push_back(transfer_op(handover, t.slice, job, sender, batch, options.chunk_bytes));
         }
-        ops.push_back(
-            transfer_op(t, t.slice, job, t.stage.value_or(sender), batch, options.chunk_bytes));
+        sends.push_back(
+            transfer_op(t, t.slice, job, stage.value_or(sender), batch, options.chunk_bytes));
       }
+    // The round's hand-overs before its sends: a holder that sends a rail over its own NIC too
+    // would otherwise keep its stages waiting for that send (a device sends one op at a time).
+    ops.insert(ops.end(), sends.begin(), sends.end());
+    sends.clear();
     ops.insert(ops.end(), gathers.begin(), gathers.end());
     gathers = std::move(next);
     first = last;

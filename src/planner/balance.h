@@ -30,7 +30,7 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
 
 // Rails in lockstep: the jobs round by round (Job::round), each transfer from the holder on the
 // least-loaded host (then device, as balance size), handed over to its stage first where it has one
-// (Transfer::stage), each round's follow-up ops (the gathers inside the receiving hosts) after the
+// (Transfer::stages), each round's follow-up ops (the gathers inside the receiving hosts) after the
 // next round's transfers, the transfers into hosts that hold their slice after every round. A
 // chain's first hosts relay (send) while its last host only receives, so with chains turned round
 // by round (Transfer::host_turn) each host gathers one round while it is the last host of the next,

@@ -254,44 +254,71 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice, const Ra
             host.rails[i], {r}));
 }
 
-// Rail i of a slice leaves its holders' hosts by their NIC i mod n (n: a host's NICs with
-// devices), as on a rail-optimised fabric: only the holders on that NIC may send it, where some
-// are. Else the balance could send every rail from one NIC's holders while the others idled. Where
-// one host holds the slice, a device of that NIC that neither holds nor receives it, nor is in
-// `senders`, may stage it (Transfer::stage): the holder hands the rail over over the device link,
-// in a tenth of the NIC's time or so, and is free again for its other rails and slices while the
-// stage sends it on (with stages at holders, the staged rails delay the slices those send of their
-// own: the planner tries both). (A stage cannot simply join the chain: the holder would hold its
-// own send port as long as the stage's NIC hop takes, and the rails would still leave one at a
-// time.)
+// Rail i of a slice leaves each holding host by its NIC i mod n (n: the host's NICs with devices),
+// as on a rail-optimised fabric: only the holders on that NIC may send it, where some are. Else
+// the balance could send every rail from one NIC's holders while the others idled. Where one host
+// holds the slice, or no holder is on that NIC (or `beside`), on each holding host a device of
+// that NIC that neither holds nor receives the slice, nor is in `senders`, may stage it
+// (Transfer::stages), handed over by the host's holders on the NIC, or by any of its holders
+// where none is: a holder hands the rail over the device link, in a tenth of the NIC's time or
+// so, and is free again for its other rails and slices while the stage sends it on (with stages
+// at holders, the staged rails delay the slices those send of their own: the planner tries
+// both). So a host whose holders are all on one NIC (a single holder, or each host of a
+// replicated slice holding it on its first device) still sends on every NIC. A host with neither
+// a holder on the NIC nor a stage does not send the rail, unless no host can.
+// (A stage cannot simply join the chain: the holder would hold its own send port as long as the
+// stage's NIC hop takes, and the rails would still leave one at a time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
-                   const Cluster& cluster) {
+                   bool beside, const Cluster& cluster) {
   const auto nic_of_rail = [&](int host) {
     return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
   };
-  const std::vector<DeviceId> holders = rail.candidates;
-  std::vector<DeviceId> on_nic;
-  std::copy_if(holders.begin(), holders.end(), std::back_inserter(on_nic),
-               [&](DeviceId d) { return cluster.nic_of(d) == nic_of_rail(cluster.host_of(d)); });
-  if (!on_nic.empty()) rail.candidates = std::move(on_nic);
-  const int host = cluster.host_of(holders[0]);
-  if (!std::all_of(holders.begin(), holders.end(),
-                   [&](DeviceId d) { return cluster.host_of(d) == host; }))
+  const auto hosts = hosts_of(rail.candidates, cluster);
+  std::set<DeviceId> kept;
+  for (DeviceId d : rail.candidates)
+    if (cluster.nic_of(d) == nic_of_rail(cluster.host_of(d))) kept.insert(d);
+  // Where several hosts hold the slice and some holders are on the rail's NIC, those send it
+  // (unless `beside`: then the other hosts may stage it too).
+  if (hosts.size() > 1 && !kept.empty() && !beside) {
+    std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
     return;
-  for (int local = nic_of_rail(host); local < cluster.devices_per_host;
-       local += cluster.nics_of(host)) {
-    const auto d = static_cast<DeviceId>(host * cluster.devices_per_host + local);
-    if (!holds(holders, d) && !senders.contains(d) && !holds(whole.receivers, d)) {
-      rail.stage = d;
-      return;
-    }
   }
+  for (const int host : hosts) {
+    const int nic = nic_of_rail(host);
+    const auto first = cluster.device_id(host, 0);
+    std::optional<DeviceId> stage;
+    for (int local = nic; local < cluster.devices_per_host && !stage;
+         local += cluster.nics_of(host)) {
+      const DeviceId d = first + local;
+      if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d))
+        stage = d;
+    }
+    // Where one host holds the slice and that NIC's devices are its receivers, the first of them
+    // may stage the rail, which it keeps as its part of the slice (Transfer::stage_receives).
+    if (!stage && std::all_of(rail.candidates.begin(), rail.candidates.end(),
+                              [&](DeviceId d) { return cluster.host_of(d) == host; }))
+      for (DeviceId d : whole.receivers)
+        if (cluster.host_of(d) == host && cluster.nic_of(d) == nic && !holds(rail.candidates, d) &&
+            !senders.contains(d)) {
+          stage = d;
+          rail.stage_receives = true;
+          break;
+        }
+    if (!stage) continue;
+    rail.stages.push_back(*stage);
+    const auto on_host = [&](DeviceId d) { return cluster.host_of(d) == host; };
+    if (std::none_of(kept.begin(), kept.end(), on_host))
+      for (DeviceId d : rail.candidates)
+        if (on_host(d)) kept.insert(d);
+  }
+  if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
 }
 
 }  // namespace
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver) {
+                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
+                           bool beside) {
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -345,16 +372,32 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, whole, senders, cluster);
+          leave_by_rail(rail, i, whole, senders, beside, cluster);
           rail.splittable = false;
           rail.host_turn = round;
           part.transfers.push_back(std::move(rail));
         }
         for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, h, part.then);
-        // The receivers on hosts that hold the slice get it whole, over device links.
+        // The receivers on hosts that hold the slice get it whole, over device links; a receiver
+        // that stages a rail gets the other parts only.
         std::erase_if(whole.receivers,
                       [&](DeviceId r) { return !host_holds(t, cluster.host_of(r), cluster); });
-        if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
+        std::vector<DeviceId> staged(g, -1);  // per rail: the receiver that stages it, or -1
+        for (int j = 0; j < g; ++j)
+          if (const Transfer& rail = part.transfers.end()[j - g]; rail.stage_receives)
+            staged[(start + j) % g] = rail.stages[0];
+        if (std::all_of(staged.begin(), staged.end(), [](DeviceId d) { return d < 0; })) {
+          if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
+          continue;
+        }
+        for (int i = 0; i < g; ++i) {
+          Transfer rest = whole;
+          rest.slice = allgather_part(whole.slice, g, i);
+          rest.bytes = rest.slice.volume() * element;
+          std::erase(rest.receivers, staged[i]);
+          rest.splittable = false;
+          if (!rest.receivers.empty()) part.transfers.push_back(std::move(rest));
+        }
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));
@@ -364,6 +407,12 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         ++jobs_into[cluster.host_of(h.receivers[0])];
   }
   return out;
+}
+
+std::optional<DeviceId> Transfer::stage_on(int host, const Cluster& cluster) const {
+  const auto it = std::find_if(stages.begin(), stages.end(),
+                               [&](DeviceId d) { return cluster.host_of(d) == host; });
+  return it == stages.end() ? std::nullopt : std::optional(*it);
 }
 
 int64_t Job::bytes() const {

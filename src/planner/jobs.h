@@ -20,14 +20,21 @@ struct Transfer {
   std::vector<DeviceId> receivers;   // ascending device ids
   std::vector<DeviceId> candidates;  // devices holding the slice, in mesh order
   bool splittable = false;           // may be cut into parts sent by different hosts
-  // A device of the holders' host that does not hold the slice, on a NIC no holder is on: balance
-  // order may also send the slice to it over the device link, and from it to the receivers.
-  std::optional<DeviceId> stage = {};
+  // Devices that do not hold the slice, at most one per holders' host, each on the NIC the slice
+  // should leave that host by: balance order may also send the slice to the stage of its sender's
+  // host over the device link, and from it to the receivers.
+  std::vector<DeviceId> stages = {};
+  // The one stage is a receiver of the whole slice on the one holders' host: the slice (a rail)
+  // must go through it, which keeps it as its part, and it gets the other parts by other transfers.
+  bool stage_receives = false;
   // A chain through several other hosts starts at the `host_turn`-th of them (cyclic, in id
   // order): rails turn it round by round, so that each host relays only some rounds and, while
   // it is a chain's last host (which forwards nothing), gives its devices' send ports to the
   // gathers inside it.
   int host_turn = 0;
+
+  // The stage on `host`, if it has one.
+  std::optional<DeviceId> stage_on(int host, const Cluster& cluster) const;
 };
 
 // The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
@@ -56,11 +63,15 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // its part to the host's other receivers). So a host's receiving spreads over all its NICs, where
 // a chain through every device of a host holds all of them as relays and so runs one at a time,
 // over one NIC per hop, and a host with one receiver took everything through that one's NIC; and
-// one round's gathers run while the next round's rails arrive. A rail of a slice held on one host
-// leaves by the holders on the rail's NIC, or, where none is, may be staged at that NIC's first
-// device (Transfer::stage): only where that device holds no slice, or `stage_at_holders` anywhere.
+// one round's gathers run while the next round's rails arrive. A rail leaves each holding host by
+// the holders on the rail's NIC, or may be staged at that NIC's first device that neither holds
+// nor receives the slice (Transfer::stages): only where that device holds no slice, or
+// `stage_at_holders` anywhere; where one host holds the slice and only receivers are on that NIC,
+// at the first of them (Transfer::stage_receives). Where several hosts hold it and some holders
+// are on the rail's NIC, only those send it, unless `beside`: then the other hosts may stage it.
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver);
+                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
+                           bool beside = false);
 
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {

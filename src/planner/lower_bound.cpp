@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <ranges>
 #include <set>
 #include <utility>
@@ -35,12 +36,12 @@ class Pooled {
     bytes_ += bytes;
     for (int h : senders) sender_[h] = true;
   }
-  // The bytes over the senders' bandwidth together, seconds.
-  double bound(const DenseIndex& hosts, const Cluster& cluster) const {
+  // The bytes over the senders' sending bandwidth (`send`, per host index) together, seconds.
+  double bound(const std::vector<double>& send) const {
     if (bytes_ <= 0) return 0;
     double bandwidth = 0;
-    for (int h = 0; h < hosts.size(); ++h)
-      if (sender_[h]) bandwidth += cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
+    for (size_t h = 0; h < send.size(); ++h)
+      if (sender_[h]) bandwidth += send[h];
     return bytes_ / bandwidth;
   }
 
@@ -91,7 +92,7 @@ class HeldInside {
     groups_[{std::vector<int>(hs.begin(), hs.end()), std::vector<int>(hr.begin(), hr.end())}] +=
         bytes;
   }
-  double bound(const DenseIndex& hosts, const Cluster& cluster) const {
+  double bound(const std::vector<double>& send) const {
     std::set<std::vector<int>> sets;
     for (const auto& [key, bytes] : groups_) sets.insert(key.first);
     double most = 0;
@@ -105,7 +106,7 @@ class HeldInside {
             !std::includes(set.begin(), set.end(), key.second.begin(), key.second.end()))
           bytes += b;
       double bandwidth = 0;
-      for (int h : set) bandwidth += cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
+      for (int h : set) bandwidth += send[h];
       most = std::max(most, bytes / bandwidth);
     }
     return most;
@@ -114,6 +115,25 @@ class HeldInside {
  private:
   std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
 };
+
+// What host `host` can send over its NICs per second (send(h) of docs/concepts.md#lower-bound):
+// nic(h), but where `holder` is the host's only device that holds any slice and no other device
+// of the host is on its NIC, every byte the host sends of its own leaves `holder` either over that
+// NIC (at most `n` = min(nic, dev) per second) or over its device link (at most dev), and the
+// holder sends one op at a time: in time T it sends `a` bytes over the NIC and `o - a` over the
+// link with a / n + (o - a) / dev <= T, and o - a <= T * rest (the host's other NICs), so
+// o <= T * (n * (1 - rest / dev) + rest), or T * dev where rest >= dev.
+double send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
+  const double nic = cluster.nic_bandwidth_of(host);
+  if (!holder) return nic;
+  const int nics = cluster.nics_of(host);
+  const int local = cluster.local_of(*holder);
+  if (local % nics + nics < cluster.devices_per_host) return nic;  // another device on its NIC
+  const double dev = cluster.device_bandwidth_of(*holder);
+  const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
+  const double rest = nic - own;
+  return rest >= dev ? dev : own * (1 - rest / dev) + rest;
+}
 
 }  // namespace
 
@@ -144,6 +164,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   HeldInside held;
   const bool hold_sets = task_count <= HeldInside::kMostTasks;
   double bound = 0;
+  std::vector<Pooled> tensor_bounds;
   for (const auto& of_tensor : tasks) {
     Pooled tensor_pooled(hosts.size());
     for (const UnitTask& t : of_tensor) {
@@ -170,12 +191,26 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       add_local(t, b, hosts, cluster, by_host,
                 [&](DeviceId d) -> double& { return local[devices.index_of(d)]; });
     }
-    bound = std::max(bound, tensor_pooled.bound(hosts, cluster));
+    tensor_bounds.push_back(std::move(tensor_pooled));
   }
-  bound = std::max({bound, batch_pooled.bound(hosts, cluster), held.bound(hosts, cluster)});
+  // send(h): each host's holders, one while a single device holds slices there.
+  std::vector<std::optional<DeviceId>> holder(hosts.size());
+  std::vector<bool> several(hosts.size(), false);
+  for (const UnitTask& t : std::views::join(tasks))
+    for (DeviceId d : t.senders) {
+      const int h = hosts.index_of(cluster.host_of(d));
+      if (holder[h] && *holder[h] != d) several[h] = true;
+      holder[h] = d;
+    }
+  std::vector<double> send(hosts.size());
+  for (int h = 0; h < hosts.size(); ++h)
+    send[h] = send_bandwidth(cluster, static_cast<int>(hosts.id_at(h)),
+                             several[h] ? std::nullopt : holder[h]);
+  for (const Pooled& p : tensor_bounds) bound = std::max(bound, p.bound(send));
+  bound = std::max({bound, batch_pooled.bound(send), held.bound(send)});
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
-    bound = std::max({bound, in[h] / nic, only[h] / nic});
+    bound = std::max({bound, in[h] / nic, only[h] / send[h]});
   }
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));

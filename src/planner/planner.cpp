@@ -102,6 +102,13 @@ constexpr double kRailTail = 0.02;
 constexpr int kMostRailRounds = 32;
 constexpr int64_t kRailRoundBuckets = 4;
 
+size_t stage_count(const std::vector<detail::Job>& jobs) {
+  size_t count = 0;
+  for (const detail::Job& job : jobs)
+    for (const detail::Transfer& t : job.transfers) count += t.stages.size();
+  return count;
+}
+
 int rail_rounds(const Batch& batch, const std::vector<detail::Job>& jobs) {
   const Cluster& c = batch.cluster;
   double nics_over_link = 0;  // the most a host's NICs take in, over one device link
@@ -211,16 +218,27 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
       try_candidate(jobs, options, detail::Shape::relayed_down);
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
+    // Rails, and where several hosts hold a slice and only some have holders on a rail's NIC,
+    // rails that the others also send through stages (when that adds any stage): the first keep
+    // those NICs' holders from waiting for the others' hand-overs, the second spread the rail.
+    const auto rails_of = [&](bool stage_at_holders, bool per_receiver, bool beside) {
+      return detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
+                               kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+                               stage_at_holders, per_receiver, beside);
+    };
     if (any_into_several_nics(batch, jobs))
       for (bool per_receiver : {true, false})
         for (bool stage_at_holders : {false, true}) {
           if (near()) break;
-          const auto rails =
-              detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
-                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                                stage_at_holders, per_receiver);
+          const auto rails = rails_of(stage_at_holders, per_receiver, false);
           try_candidate(rails, options, detail::Shape::chains);
-          if (!stage_at_holders && !near()) try_ops(detail::balance_rounds(batch, rails, options));
+          if (stage_at_holders) continue;
+          if (!near()) try_ops(detail::balance_rounds(batch, rails, options));
+          if (near()) continue;
+          const auto beside = rails_of(false, per_receiver, true);
+          if (stage_count(beside) == stage_count(rails)) continue;
+          try_candidate(beside, options, detail::Shape::chains);
+          if (!near()) try_ops(detail::balance_rounds(batch, beside, options));
         }
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
