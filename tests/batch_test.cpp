@@ -163,6 +163,20 @@ TEST(BatchJsonTest, BindingsRoundTripAndNameTheirRegion) {
   EXPECT_EQ(bound_region(*batch.tensors[2].src_buffer, Box{{{2, 4}}}), (Box{{{1, 2}, {0, 2}}}));
 }
 
+// Members of a buffer are compared device by device only where some of their tiles' regions may
+// meet (Batch::validate): an overlap of one size of uneven tiles, on one device, is still found.
+TEST(BatchJsonTest, AnOverlapOfUnevenTilesOnOneDeviceIsFound) {
+  auto j = fused_batch_json();
+  j["tensors"][0]["shape"] = {5, 4};    // q's tiles: rows [0,3) on device 2, [3,5) on device 3
+  EXPECT_NO_THROW(batch_from_json(j));  // k at row 4 of the buffer
+  j["tensors"][1]["dst_buffer"]["offset"] = {2, 0};  // meets q's 3 rows, not its 2
+  const std::string message = error_of([&] { batch_from_json(j); });
+  EXPECT_NE(message.find("tensors[1] 'k': dst_buffer 'qkv': on device 2 its region [2,4)x[0,4) "
+                         "overlaps [0,3)x[0,4) of tensors[0] 'q'"),
+            std::string::npos)
+      << message;
+}
+
 TEST(BatchJsonTest, BadBindingsAreRefusedNamingTheTensorAndTheBuffer) {
   const auto good = fused_batch_json();
   const auto message_for = [&](auto change) {

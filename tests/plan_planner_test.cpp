@@ -329,6 +329,31 @@ TEST(PlannerTest, EstimateIsAtLeastTheLowerBoundOnThePaperCases) {
     }
 }
 
+// make_estimated_plan reuses the simulation the planner ran to choose the plan (of its ops fused
+// into the default buckets, or of the plan kept against its host chains): the plan is make_plan's
+// and the estimate what simulating it afresh gives, for a problem with candidates, one with too
+// many jobs for them (1,100 small tensors chained to three hosts), and buckets of another size.
+TEST(PlannerTest, EstimatedPlanIsThePlanAndItsFreshEstimate) {
+  const auto expect_fresh = [](const Batch& batch, const PlanOptions& options) {
+    const EstimatedPlan planned = make_estimated_plan(batch, options);
+    EXPECT_TRUE(planned.plan == make_plan(batch, options));
+    EXPECT_EQ(planned.estimate_s, estimate(planned.plan));
+  };
+  for (const int number : {1, 6, 7}) {
+    const Batch batch = Batch::of_one(paper_cases(16)[number - 1].problem);
+    expect_fresh(batch, {});
+    expect_fresh(batch, {.bucket_bytes = 4096});
+    expect_fresh(batch, {.strategy = Strategy::send_recv});
+  }
+  Batch many;
+  many.cluster = Cluster{.hosts = 4, .devices_per_host = 2};
+  for (int i = 0; i < 1100; ++i)
+    many.tensors.push_back({"t" + std::to_string(i), TensorSpec{{256}, DType::float32},
+                            Layout{Mesh({2}, {0, 1}), ShardingSpec::parse("S0")},
+                            Layout{Mesh({3, 2}, {2, 3, 4, 5, 6, 7}), ShardingSpec::parse("S1")}});
+  expect_fresh(many, {});
+}
+
 TEST(LowerBoundTest, ReceiverNicOfPaperCase7) {
   // Every destination host must take in the whole tensor: 2 GiB at 10 Gbps, plus the latency of
   // the first message.

@@ -18,12 +18,18 @@ namespace {
 
 using nlohmann::json;
 
-// The JSON integer `j` as T, or ParseError naming `what` and the value when it is not an
-// integer that fits T: ids and counts are never narrowed silently.
-template <typename T>
-T integer_as(const json& j, std::string_view what) {
+// The JSON integer `j` as T, or ParseError naming the value (`what`: its name, or a callable that
+// makes it only for the message) when it is not an integer that fits T: ids and counts are never
+// narrowed silently.
+template <typename T, typename What>
+T integer_as(const json& j, const What& what) {
   const auto fail = [&] {
-    return ParseError(fmt::format("{} is {}: expected an integer in {}..{}", what, json_excerpt(j),
+    std::string name;
+    if constexpr (std::is_invocable_v<What>)
+      name = what();
+    else
+      name = what;
+    return ParseError(fmt::format("{} is {}: expected an integer in {}..{}", name, json_excerpt(j),
                                   std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
   };
   if (j.is_number_unsigned()) {
@@ -43,21 +49,29 @@ struct is_integer_vector : std::false_type {};
 template <typename T>
 struct is_integer_vector<std::vector<T>> : std::is_integral<T> {};
 
+// j[key], or ParseError naming the key. A reference: a layout's or a plan's value is not copied.
+const json& member(const json& j, std::string_view key, std::string_view where) {
+  if (!j.is_object()) throw ParseError(fmt::format("{}: missing key '{}'", where, key));
+  const auto it = j.find(key);
+  if (it == j.end()) throw ParseError(fmt::format("{}: missing key '{}'", where, key));
+  return *it;
+}
+
 // j[key] as T, or ParseError naming the key and what was expected. Integers (alone or in
 // arrays) are range-checked instead of narrowed.
 template <typename T>
 T field(const json& j, std::string_view key, std::string_view where) {
-  if (!j.is_object() || !j.contains(key))
-    throw ParseError(fmt::format("{}: missing key '{}'", where, key));
-  const json& value = j.at(std::string(key));
+  const json& value = member(j, key, where);
   const std::string what = fmt::format("{}: '{}'", where, key);
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     return integer_as<T>(value, what);
   } else if constexpr (is_integer_vector<T>::value) {
     if (!value.is_array()) throw ParseError(fmt::format("{}: expected an array of integers", what));
     T out;
+    out.reserve(value.size());
     for (size_t i = 0; i < value.size(); ++i)
-      out.push_back(integer_as<typename T::value_type>(value[i], fmt::format("{}[{}]", what, i)));
+      out.push_back(integer_as<typename T::value_type>(
+          value[i], [&] { return fmt::format("{}[{}]", what, i); }));
     return out;
   } else {
     try {
@@ -182,12 +196,12 @@ void read_tensor_spec(const json& j, std::string_view where, TensorSpec& tensor)
 
 Resharding resharding_from_json(const json& j) {
   Resharding p;
-  const json tensor = field<json>(j, "tensor", "document");
+  const json& tensor = member(j, "tensor", "document");
   check_keys(tensor, "tensor", {"shape", "dtype"}, {"bytes"});
   read_tensor_spec(tensor, "tensor", p.tensor);
-  p.src = layout_from_json(field<json>(j, "src", "document"), "src", p.tensor.rank());
-  p.dst = layout_from_json(field<json>(j, "dst", "document"), "dst", p.tensor.rank());
-  p.cluster = cluster_from_json(field<json>(j, "cluster", "document"));
+  p.src = layout_from_json(member(j, "src", "document"), "src", p.tensor.rank());
+  p.dst = layout_from_json(member(j, "dst", "document"), "dst", p.tensor.rank());
+  p.cluster = cluster_from_json(member(j, "cluster", "document"));
   try {
     p.validate();
   } catch (const InvalidArgument& e) {
@@ -227,8 +241,8 @@ std::optional<BufferBinding> binding_from_json(const json& t, const char* key,
 // The batch of a document whose keys the caller has checked (a batch file or a plan).
 Batch batch_from_object(const json& j) {
   Batch batch;
-  batch.cluster = cluster_from_json(field<json>(j, "cluster", "batch"));
-  const json& tensors = j.at("tensors");  // field<json> would copy a whole model's document
+  batch.cluster = cluster_from_json(member(j, "cluster", "batch"));
+  const json& tensors = member(j, "tensors", "batch");
   if (!tensors.is_array())
     throw ParseError("batch: bad value for 'tensors': expected an array of tensors");
   const int per_host = batch.cluster.devices_per_host;
@@ -246,14 +260,14 @@ Batch batch_from_object(const json& j) {
     read_tensor_spec(t, where, tr.tensor);
     // Default placement as the layout options give it: the source from host 0, the destination
     // from the host after the source's last one.
-    tr.src = layout_from_json(field<json>(t, "src", where), where + ": src", tr.tensor.rank(),
+    tr.src = layout_from_json(member(t, "src", where), where + ": src", tr.tensor.rank(),
                               DefaultPlacement{0, per_host});
     const auto& src_devices = tr.src.mesh.devices();
     const int after_src =
         src_devices.empty()
             ? 0
             : *std::max_element(src_devices.begin(), src_devices.end()) / per_host + 1;
-    tr.dst = layout_from_json(field<json>(t, "dst", where), where + ": dst", tr.tensor.rank(),
+    tr.dst = layout_from_json(member(t, "dst", where), where + ": dst", tr.tensor.rank(),
                               DefaultPlacement{after_src, per_host});
     tr.src_buffer = binding_from_json(t, "src_buffer", where);
     tr.dst_buffer = binding_from_json(t, "dst_buffer", where);
@@ -346,7 +360,7 @@ Plan plan_from_json(const json& j) {
   try {
     plan.strategy = parse_strategy(field<std::string>(j, "strategy", "plan"));
     plan.balance = parse_balance(field<std::string>(j, "balance", "plan"));
-    const json ops = field<json>(j, "ops", "plan");
+    const json& ops = member(j, "ops", "plan");
     if (!ops.is_array()) throw ParseError("plan: 'ops' must be an array");
     for (size_t i = 0; i < ops.size(); ++i) {
       const json& o = ops[i];
@@ -372,12 +386,12 @@ Plan plan_from_json(const json& j) {
           const std::string at = fmt::format("{}.pieces[{}]", where, k);
           check_keys(p, at, {"tensor", "task", "slice", "bytes"}, {"holder"});
           op.pieces.push_back({field<int>(p, "tensor", at), field<int>(p, "task", at),
-                               box_from_json(field<json>(p, "slice", at)),
+                               box_from_json(member(p, "slice", at)),
                                field<int64_t>(p, "bytes", at), field_or<int>(p, "holder", at, -1)});
         }
       } else {
         op.pieces.push_back({field_or<int>(o, "tensor", where, 0), field<int>(o, "task", where),
-                             box_from_json(field<json>(o, "slice", where)), op.bytes});
+                             box_from_json(member(o, "slice", where)), op.bytes});
       }
       if (o.contains("sender") && !o.at("sender").is_null())
         op.sender = field<DeviceId>(o, "sender", where);

@@ -32,7 +32,7 @@ namespace {
 class Pooled {
  public:
   explicit Pooled(int hosts) : sender_(hosts, false) {}
-  void add(double bytes, const std::set<int>& senders) {
+  void add(double bytes, const std::vector<int>& senders) {
     bytes_ += bytes;
     for (int h : senders) sender_[h] = true;
   }
@@ -87,10 +87,9 @@ class HeldInside {
   static constexpr size_t kMostTasks = 4096;
   static constexpr int64_t kMostChecks = int64_t{1} << 20;
 
-  void add(double bytes, const std::set<int>& hs, const std::set<int>& hr) {
+  void add(double bytes, const std::vector<int>& hs, const std::vector<int>& hr) {
     if (hs.size() < 2) return;  // only(h) covers one host
-    groups_[{std::vector<int>(hs.begin(), hs.end()), std::vector<int>(hr.begin(), hr.end())}] +=
-        bytes;
+    groups_[{hs, hr}] += bytes;
   }
   double bound(const std::vector<double>& send) const {
     std::set<std::vector<int>> sets;
@@ -141,11 +140,15 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   const Cluster& cluster = batch.cluster;
   // Tables over the hosts and devices the tasks name, not the whole cluster.
   std::vector<int64_t> device_ids;
+  size_t named = 0;
+  for (const UnitTask& t : std::views::join(tasks)) named += t.senders.size() + t.receivers.size();
+  device_ids.reserve(named);
   for (const UnitTask& t : std::views::join(tasks)) {
     device_ids.insert(device_ids.end(), t.senders.begin(), t.senders.end());
     device_ids.insert(device_ids.end(), t.receivers.begin(), t.receivers.end());
   }
   std::vector<int64_t> host_ids;
+  host_ids.reserve(device_ids.size());
   for (int64_t d : device_ids) host_ids.push_back(cluster.host_of(static_cast<DeviceId>(d)));
   const DenseIndex devices(std::move(device_ids));
   const DenseIndex hosts(std::move(host_ids));
@@ -165,17 +168,26 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   const bool hold_sets = task_count <= HeldInside::kMostTasks;
   double bound = 0;
   std::vector<Pooled> tensor_bounds;
+  // A task's sending and receiving hosts (indices into `hosts`), ascending without repeats: sorted
+  // vectors kept from task to task, where sets cost an allocation per host of every task.
+  std::vector<int> hs;
+  std::vector<int> hr;
+  const auto hosts_of = [&](const std::vector<DeviceId>& devices, std::vector<int>& out) {
+    out.clear();
+    for (DeviceId d : devices) out.push_back(hosts.index_of(cluster.host_of(d)));
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  };
+  const auto sends = [&](int h) { return std::binary_search(hs.begin(), hs.end(), h); };
   for (const auto& of_tensor : tasks) {
     Pooled tensor_pooled(hosts.size());
     for (const UnitTask& t : of_tensor) {
       const auto b = static_cast<double>(t.bytes);
-      std::set<int> hs;
-      std::set<int> hr;
-      for (DeviceId d : t.senders) hs.insert(hosts.index_of(cluster.host_of(d)));
-      for (DeviceId d : t.receivers) hr.insert(hosts.index_of(cluster.host_of(d)));
+      hosts_of(t.senders, hs);
+      hosts_of(t.receivers, hr);
       for (int h : hr)
-        if (!hs.contains(h)) in[h] += b;
-      if (hs.size() == 1 && !(hr.size() == 1 && hr.contains(*hs.begin()))) only[*hs.begin()] += b;
+        if (!sends(h)) in[h] += b;
+      if (hs.size() == 1 && !(hr.size() == 1 && hr[0] == hs[0])) only[hs[0]] += b;
       if (hold_sets) held.add(b, hs, hr);
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
         batch_pooled.add(b, hs);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "balance.h"
 #include "bucket.h"
@@ -148,10 +150,10 @@ std::vector<detail::Job> halved(const Batch& batch, const std::vector<detail::Jo
   return out;
 }
 
-}  // namespace
-
-Plan make_plan(const Batch& batch, const PlanOptions& options) {
-  batch.validate();
+// make_plan, and the simulated time of the plan it returns where it simulated that plan (as it
+// is, or fused into the same buckets: the simulator's time does not depend on op ids).
+std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
+                                                     const PlanOptions& options) {
   if (options.chunk_bytes < 0)
     throw InvalidArgument(
         fmt::format("bad chunk bytes {}: expected >= 0 (0 = automatic)", options.chunk_bytes));
@@ -161,6 +163,8 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   if (options.bucket_bytes && *options.bucket_bytes < 0)
     throw InvalidArgument(
         fmt::format("bad bucket bytes {}: expected >= 0 (0 = no buckets)", *options.bucket_bytes));
+  // decompose validates the batch: once, as a model's batch of a thousand tensors costs a tenth
+  // of its planning time to check.
   const auto tasks = decompose(batch);
   const auto jobs = detail::make_jobs(batch, tasks, options.strategy);
 
@@ -187,6 +191,7 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // (gathered by an allgather) or one per NIC. The greedy's timeline keeps a device's receipts
   // apart, so it holds a host's next relays until its gathers end: rails are also laid in
   // lockstep rounds (balance_rounds), whose chains turn their hosts round by round.
+  std::optional<double> time;  // the simulated time of the plan returned, where it is known
   if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate &&
       any_beyond_a_latency(batch, jobs)) {
     const auto fused_time = [&](const std::vector<Op>& ops) {
@@ -195,7 +200,7 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
                                               options.chunk_bytes))
           .time_s;
     };
-    double best = fused_time(plan.ops);
+    double best = fused_time(plan.ops);  // of plan.ops fused into the default buckets
     const auto near = [&] { return best <= kNearTheBound * plan.lower_bound_s; };
     const auto try_ops = [&](std::vector<Op> ops) {
       if (const double time = fused_time(ops); time < best) {
@@ -240,6 +245,8 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
           try_candidate(beside, options, detail::Shape::chains);
           if (!near()) try_ops(detail::balance_rounds(batch, beside, options));
         }
+    const int64_t bucket_bytes = options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster));
+    if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
                                 options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
@@ -250,13 +257,30 @@ Plan make_plan(const Batch& batch, const PlanOptions& options) {
   // faster.
   if (plan.balance == Balance::order && jobs.size() > kMostJobsForACandidate) {
     std::vector<Op> cut = detail::host_chains(batch, plan.ops, options.chunk_bytes);
-    if (cut.size() != plan.ops.size() &&
-        simulate_time(batch, cut).time_s < simulate_time(batch, plan.ops).time_s)
-      plan.ops = std::move(cut);
+    if (cut.size() != plan.ops.size()) {
+      const double cut_time = simulate_time(batch, cut).time_s;
+      time = simulate_time(batch, plan.ops).time_s;
+      if (cut_time < *time) {
+        plan.ops = std::move(cut);
+        time = cut_time;
+      }
+    }
   }
   for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
   for (const HostTraffic& h : host_traffic(plan)) plan.network_bytes += h.out_bytes;
-  return plan;
+  return {std::move(plan), time};
+}
+
+}  // namespace
+
+Plan make_plan(const Batch& batch, const PlanOptions& options) {
+  return plan_and_time(batch, options).first;
+}
+
+EstimatedPlan make_estimated_plan(const Batch& batch, const PlanOptions& options) {
+  auto [plan, time] = plan_and_time(batch, options);
+  const double estimate_s = time ? *time : estimate(plan);
+  return {std::move(plan), estimate_s};
 }
 
 Plan make_plan(const Resharding& problem, const PlanOptions& options) {

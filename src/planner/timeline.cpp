@@ -12,10 +12,11 @@ int64_t nic_key(const Cluster& cluster, DeviceId d, bool in) {
   return 2 * nic + (in ? 1 : 0);
 }
 
-std::vector<int64_t> nic_keys(const Cluster& cluster, const std::vector<DeviceId>& devices) {
+std::vector<int64_t> nic_keys(const Cluster& cluster, const std::vector<int64_t>& devices) {
   std::vector<int64_t> keys;
   keys.reserve(2 * devices.size());
-  for (DeviceId d : devices) {
+  for (const int64_t id : devices) {
+    const auto d = static_cast<DeviceId>(id);
     keys.push_back(nic_key(cluster, d, false));
     keys.push_back(nic_key(cluster, d, true));
   }
@@ -28,7 +29,8 @@ CostModel::CostModel(const Batch& batch, const std::vector<DeviceId>& devices)
     : batch_(&batch),
       timer_(batch),
       devices_(std::vector<int64_t>(devices.begin(), devices.end())),
-      nic_directions_(nic_keys(batch.cluster, devices)) {}
+      // Of each device once: `devices` names a device for every transfer to or from it.
+      nic_directions_(nic_keys(batch.cluster, devices_.ids())) {}
 
 int CostModel::nic(DeviceId d, bool in) const {
   return 2 * devices_.size() + nic_directions_.index_of(nic_key(batch_->cluster, d, in));

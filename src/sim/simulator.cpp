@@ -84,12 +84,36 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
   if (op.sender) check_device(op, *op.sender, cluster);
   for (DeviceId r : op.receivers) check_device(op, r, cluster);
 
-  struct Hop {
-    DeviceId from, to;
-    int64_t bytes;
+  // Each hop's links are listed as it is added, as keys (link << 32 | hop) that sort by link, so
+  // that repeated links merge into one usage: integers sort faster than usages, and a chain
+  // through hundreds of devices has a thousand link uses, in each of the thousands of ops the
+  // planner prices. The lists are kept from op to op (one set per thread): allocating them
+  // afresh for each cost as much again.
+  struct Scratch {
+    std::vector<double> hop_capacities;  // per hop: its slowest link's (infinite: no link)
+    std::vector<int64_t> hop_bytes;
+    std::vector<uint64_t> uses;
+    std::vector<int> route;
   };
-  std::vector<Hop> hops;
-  hops.reserve(op.receivers.size());
+  thread_local Scratch scratch;
+  std::vector<double>& hop_capacities = scratch.hop_capacities;
+  std::vector<int64_t>& hop_bytes = scratch.hop_bytes;
+  std::vector<uint64_t>& uses = scratch.uses;
+  std::vector<int>& route = scratch.route;
+  hop_capacities.clear();
+  hop_bytes.clear();
+  uses.clear();
+  const auto add_hop = [&](DeviceId from, DeviceId to, int64_t bytes) {
+    route.clear();
+    net.append_route(from, to, route);
+    double hop_capacity = std::numeric_limits<double>::infinity();
+    for (int link : route) {
+      uses.push_back(static_cast<uint64_t>(link) << 32 | hop_bytes.size());
+      hop_capacity = std::min(hop_capacity, net.capacity(link));
+    }
+    hop_capacities.push_back(hop_capacity);
+    hop_bytes.push_back(bytes);
+  };
   const double bytes = static_cast<double>(op.bytes);
   const int n = static_cast<int>(op.receivers.size());
   switch (op.kind) {
@@ -97,14 +121,14 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
       m.latency_s = cluster.latency;
       break;
     case OpKind::send:
-      hops.push_back({*op.sender, op.receivers[0], op.bytes});
+      add_hop(*op.sender, op.receivers[0], op.bytes);
       m.latency_s = cluster.latency;
       m.work_bytes = bytes;
       break;
     case OpKind::broadcast: {
       DeviceId from = *op.sender;
       for (DeviceId r : op.receivers) {
-        hops.push_back({from, r, op.bytes});
+        add_hop(from, r, op.bytes);
         from = r;
       }
       m.work_bytes = bytes;  // latency and rate limit: chain_pipeline, below
@@ -117,26 +141,12 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
         // Device i forwards every part but its successor's own.
         const int64_t next_part = allgather_part_bytes(op, batch, (i + 1) % n);
         largest = std::max(largest, allgather_part_bytes(op, batch, i));
-        hops.push_back({op.receivers[i], op.receivers[(i + 1) % n], op.bytes - next_part});
+        add_hop(op.receivers[i], op.receivers[(i + 1) % n], op.bytes - next_part);
       }
       m.latency_s = (n - 1) * cluster.latency;
       m.work_bytes = static_cast<double>(n - 1) * static_cast<double>(largest);
       break;
     }
-  }
-  std::vector<int> route;
-  std::vector<double> hop_capacities;  // per hop: its slowest link's (infinite: no link)
-  hop_capacities.reserve(hops.size());
-  m.usages.reserve(4 * hops.size());  // a hop between hosts crosses four links
-  for (const Hop& hop : hops) {
-    route.clear();
-    net.append_route(hop.from, hop.to, route);
-    double hop_capacity = std::numeric_limits<double>::infinity();
-    for (int link : route) {
-      m.usages.push_back({link, 1, hop.bytes});
-      hop_capacity = std::min(hop_capacity, net.capacity(link));
-    }
-    hop_capacities.push_back(hop_capacity);
   }
   if (op.kind == OpKind::broadcast) {
     const ChainPipeline chain =
@@ -149,19 +159,19 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
   if (op.kind == OpKind::send || op.kind == OpKind::broadcast)
     m.max_rate = std::min(m.max_rate, chain_window_limit(op.bytes, chain_chunk(op, cluster),
                                                          hop_capacities, cluster.latency));
-  // Merge repeated links into one usage of higher weight, in place.
-  std::sort(m.usages.begin(), m.usages.end(),
-            [](const Usage& a, const Usage& b) { return a.link < b.link; });
-  size_t merged = 0;
-  for (const Usage& u : m.usages) {
-    if (merged > 0 && m.usages[merged - 1].link == u.link) {
-      m.usages[merged - 1].weight += u.weight;
-      m.usages[merged - 1].bytes += u.bytes;
+  // One usage per link, in link order, a repeated link's weight and bytes summed.
+  std::sort(uses.begin(), uses.end());
+  m.usages.reserve(uses.size());
+  for (const uint64_t use : uses) {
+    const auto link = static_cast<int>(use >> 32);
+    const int64_t use_bytes = hop_bytes[use & 0xffffffffU];
+    if (!m.usages.empty() && m.usages.back().link == link) {
+      m.usages.back().weight += 1;
+      m.usages.back().bytes += use_bytes;
     } else {
-      m.usages[merged++] = u;
+      m.usages.push_back({link, 1, use_bytes});
     }
   }
-  m.usages.resize(merged);
   if (m.work_bytes <= 0) m.usages.clear();
   return m;
 }

@@ -17,6 +17,7 @@
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/planner/estimate.h"
 #include "meshcast/planner/planner.h"
 #include "meshcast/tasks/paper_cases.h"
 
@@ -309,11 +310,28 @@ PlanOptions PlanSourceOptions::plan_options() const {
   return options;
 }
 
+namespace {
+
+// The batch of --batch, or the resharding the layout options describe (validated).
+Batch batch_from_options(const PlanSourceOptions& o) {
+  if (!o.batch_file.empty()) return load_batch_file(o.batch_file);
+  const Resharding problem = make_resharding(o.layout, o.cluster);
+  problem.validate();
+  return Batch::of_one(problem);
+}
+
+}  // namespace
+
 Plan plan_from_options(const PlanSourceOptions& o) {
   if (!o.plan_file.empty()) return load_plan_file(o.plan_file);
-  const PlanOptions options = o.plan_options();
-  if (!o.batch_file.empty()) return make_plan(load_batch_file(o.batch_file), options);
-  return make_plan(make_resharding(o.layout, o.cluster), options);
+  return make_plan(batch_from_options(o), o.plan_options());
+}
+
+EstimatedPlan estimated_plan_from_options(const PlanSourceOptions& o) {
+  if (o.plan_file.empty()) return make_estimated_plan(batch_from_options(o), o.plan_options());
+  Plan plan = load_plan_file(o.plan_file);
+  const double estimate_s = estimate(plan);
+  return {std::move(plan), estimate_s};
 }
 
 namespace {

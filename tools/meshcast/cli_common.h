@@ -86,6 +86,9 @@ Cluster load_cluster_file(const std::string& path, const Cluster& defaults);
 // The plan of --plan, or make_plan over the batch of --batch or the resharding the layout options
 // describe. Throws InvalidArgument naming a bad option.
 Plan plan_from_options(const PlanSourceOptions& options);
+// plan_from_options and its estimate, the planner's own simulation of the plan reused where it
+// ran one.
+EstimatedPlan estimated_plan_from_options(const PlanSourceOptions& options);
 
 // Atop text reports. One tensor: two lines naming it, its meshes, specs and the cluster. A larger
 // batch: its size and cluster, then one line per tensor class (names equal but for their numbers,

@@ -42,7 +42,8 @@ void print_ops(const Plan& plan, int limit) {
   }
 }
 
-void print_summary(const Plan& plan, int limit) {
+// `time`: the plan's estimate.
+void print_summary(const Plan& plan, double time, int limit) {
   print_problem_header(plan.batch);
   std::map<OpKind, int> kinds;
   for (const Op& op : plan.ops) ++kinds[op.kind];
@@ -58,7 +59,6 @@ void print_summary(const Plan& plan, int limit) {
       fmt::print("  host {:>4}: out {:>12}  in {:>12}\n", h,
                  human_bytes(static_cast<double>(traffic[h].out_bytes)),
                  human_bytes(static_cast<double>(traffic[h].in_bytes)));
-  const double time = estimate(plan);
   fmt::print("lower bound: {}\n", human_seconds(plan.lower_bound_s));
   if (plan.lower_bound_s > 0)
     fmt::print("estimate:    {} ({:.3f}x the lower bound)\n", human_seconds(time),
@@ -87,14 +87,15 @@ void add_plan_verb(CLI::App& app) {
     if (!options->check_file.empty()) {
       const Plan plan = load_plan_file(options->check_file);
       fmt::print("{}: valid plan, {} ops\n", options->check_file, plan.ops.size());
-      print_summary(plan, options->limit);
+      print_summary(plan, estimate(plan), options->limit);
       return;
     }
-    const Plan plan = plan_from_options(options->source);
-    if (options->json)
-      std::cout << plan_to_json(plan).dump() << '\n';
-    else
-      print_summary(plan, options->limit);
+    if (options->json) {
+      std::cout << plan_to_json(plan_from_options(options->source)).dump() << '\n';
+      return;
+    }
+    const auto [plan, time] = estimated_plan_from_options(options->source);
+    print_summary(plan, time, options->limit);
   });
 }
 

@@ -47,4 +47,14 @@ Plan make_plan(const Batch& batch, const PlanOptions& options = {});
 // The plan of Batch::of_one(problem).
 Plan make_plan(const Resharding& problem, const PlanOptions& options = {});
 
+// A plan and its estimate (estimate(plan), the simulated time).
+struct EstimatedPlan {
+  Plan plan;
+  double estimate_s = 0;
+};
+// make_plan(batch, options) and its estimate, without simulating the plan again where the planner
+// already simulated it to choose it (a large batch's plan takes as long to simulate as a tenth of
+// its planning).
+EstimatedPlan make_estimated_plan(const Batch& batch, const PlanOptions& options = {});
+
 }  // namespace meshcast
