@@ -137,16 +137,12 @@ int hosts_used(const Mesh& mesh, int devices_per_host) {
 
 }  // namespace
 
-namespace {
-
 void set_links(Cluster& cluster, const ClusterOptions& c) {
   cluster.nic_bandwidth = gbps_to_bytes(c.nic_gbps);
   cluster.device_bandwidth = gbps_to_bytes(c.dev_gbps);
   cluster.latency = c.latency_us * 1e-6;
   cluster.nics_per_host = c.nics_per_host;
 }
-
-}  // namespace
 
 Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
   if (o.paper_case != 0) {
@@ -156,7 +152,6 @@ Resharding make_resharding(const LayoutOptions& o, const ClusterOptions& c) {
           fmt::format("bad --paper-case {}: expected 1..{}", o.paper_case, cases.size()));
     Resharding p = cases[o.paper_case - 1].problem;
     set_links(p.cluster, c);
-    p.validate();
     return p;
   }
   for (const auto& [value, name] : {std::pair{&o.shape, "--shape"},
@@ -312,12 +307,10 @@ PlanOptions PlanSourceOptions::plan_options() const {
 
 namespace {
 
-// The batch of --batch, or the resharding the layout options describe (validated).
+// The batch of --batch, or the resharding the layout options describe (both validated).
 Batch batch_from_options(const PlanSourceOptions& o) {
   if (!o.batch_file.empty()) return load_batch_file(o.batch_file);
-  const Resharding problem = make_resharding(o.layout, o.cluster);
-  problem.validate();
-  return Batch::of_one(problem);
+  return Batch::of_one(make_resharding(o.layout, o.cluster));
 }
 
 }  // namespace

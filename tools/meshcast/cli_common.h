@@ -43,6 +43,8 @@ struct ClusterOptions {
 // --scale needs --paper-case: an option that would be ignored is an error.
 std::vector<CLI::Option*> add_layout_options(CLI::App& verb, LayoutOptions& options);
 std::vector<CLI::Option*> add_cluster_options(CLI::App& verb, ClusterOptions& options);
+// Sets the link figures and NICs per host of `cluster` from the cluster options.
+void set_links(Cluster& cluster, const ClusterOptions& options);
 // --timeout S of the verbs that run on real backends (meshcast::Watchdog): `phases` names what
 // one phase is for this verb, e.g. "compiling, one run, the verification".
 CLI::Option* add_timeout_option(CLI::App& verb, double& timeout_s, const std::string& phases);

@@ -74,11 +74,8 @@ void print_summary(const ModelOptions& o, const ModelConfig& config, const Batch
 
 void run_model(const ModelOptions& o) {
   const ModelConfig config = model_config(o);
-  const Cluster options{.devices_per_host = o.devices_per_host,
-                        .nic_bandwidth = gbps_to_bytes(o.cluster.nic_gbps),
-                        .device_bandwidth = gbps_to_bytes(o.cluster.dev_gbps),
-                        .latency = o.cluster.latency_us * 1e-6,
-                        .nics_per_host = o.cluster.nics_per_host};
+  Cluster options{.devices_per_host = o.devices_per_host};
+  set_links(options, o.cluster);
   const Cluster cluster =
       o.cluster_file.empty() ? options : load_cluster_file(o.cluster_file, options);
   const Batch batch =
