@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -194,7 +195,9 @@ TEST(TilesTest, ReplicatedOverUnusedAxes) {
 }
 
 // DenseIndex marks ids in a table of their range when the range is small against their count,
-// else sorts them: either way the ids in ascending order, each once, and index_of their position.
+// else sorts them: either way the ids in ascending order, each once, and index_of their position
+// (found by subtraction where they have no gaps). Ids next to them that were not given are not
+// contained.
 TEST(DenseIndexTest, DenseAndSparseIdsGiveAscendingDistinctIds) {
   std::mt19937 rng(25);
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
@@ -202,11 +205,13 @@ TEST(DenseIndexTest, DenseAndSparseIdsGiveAscendingDistinctIds) {
   const std::vector<std::vector<int64_t>> cases{
       {},
       {7},
-      {5, 3, 5, 3, 4},                  // dense: range 3 for 5 ids
-      {-2, 9, -2, 9, 0, 0, 9, -2},      // dense, negative ids
-      {1000000, 3, 1000000},            // sparse: sorted
-      {kMax, kMin, 0, kMax},            // a range beyond int64_t's
-      {kMax - 1, kMax, kMax, kMax - 1}  // dense at the top of the range
+      {5, 3, 5, 3, 4},                   // dense: range 3 for 5 ids
+      {-2, 9, -2, 9, 0, 0, 9, -2},       // dense, negative ids
+      {1000000, 3, 1000000},             // sparse: sorted
+      {kMax, kMin, 0, kMax},             // a range beyond int64_t's
+      {kMax - 1, kMax, kMax, kMax - 1},  // dense at the top of the range
+      {12, 10, 11, 13, 10},              // without gaps
+      {12, 10, 13, 10}                   // with one
   };
   std::vector<std::vector<int64_t>> all = cases;
   for (int n : {10, 1000}) {
@@ -225,6 +230,11 @@ TEST(DenseIndexTest, DenseAndSparseIdsGiveAscendingDistinctIds) {
     for (int i = 0; i < index.size(); ++i) {
       EXPECT_EQ(index.index_of(expected[i]), i);
       EXPECT_TRUE(index.contains(expected[i]));
+      if (expected[i] == kMin || expected[i] == kMax) continue;
+      for (int64_t next : {expected[i] - 1, expected[i] + 1}) {
+        EXPECT_EQ(index.contains(next), std::binary_search(expected.begin(), expected.end(), next))
+            << next;
+      }
     }
   }
 }

@@ -27,16 +27,23 @@ class DenseIndex {
       ids_.clear();
       for (uint64_t i = 0; i <= span; ++i)
         if (given[i]) ids_.push_back(static_cast<int64_t>(static_cast<uint64_t>(first) + i));
-      return;
+    } else {
+      std::sort(ids_.begin(), ids_.end());
+      ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
     }
-    std::sort(ids_.begin(), ids_.end());
-    ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    // Ids without gaps (a mesh's devices, a range of hosts) are found by subtraction.
+    contiguous_ =
+        static_cast<uint64_t>(ids_.back()) - static_cast<uint64_t>(ids_.front()) == ids_.size() - 1;
   }
 
   int size() const { return static_cast<int>(ids_.size()); }
-  bool contains(int64_t id) const { return std::binary_search(ids_.begin(), ids_.end(), id); }
+  bool contains(int64_t id) const {
+    if (contiguous_) return !ids_.empty() && id >= ids_.front() && id <= ids_.back();
+    return std::binary_search(ids_.begin(), ids_.end(), id);
+  }
   // The index of `id`, which must be one of the ids given.
   int index_of(int64_t id) const {
+    if (contiguous_) return static_cast<int>(id - ids_.front());
     return static_cast<int>(std::lower_bound(ids_.begin(), ids_.end(), id) - ids_.begin());
   }
   int64_t id_at(int index) const { return ids_[index]; }
@@ -46,6 +53,7 @@ class DenseIndex {
  private:
   static constexpr uint64_t kMostRangePerId = 4;
   std::vector<int64_t> ids_;
+  bool contiguous_ = false;
 };
 
 }  // namespace meshcast

@@ -252,8 +252,8 @@ class OrderPlanner {
   }
 
  private:
-  static void record(Slot slot, const Op& op, std::vector<Placed>& placed) {
-    placed.push_back({slot.start, static_cast<int>(placed.size()), op});
+  static void record(Slot slot, Op op, std::vector<Placed>& placed) {
+    placed.push_back({slot.start, static_cast<int>(placed.size()), std::move(op)});
   }
 
   // The ops that deliver one transfer (or one part of it) from one sender, placed in order.
@@ -284,6 +284,15 @@ class OrderPlanner {
     return c;
   }
 
+  // `ops` in a vector, moved (a braced list would copy each).
+  template <typename... Ops>
+  static std::vector<Op> ops_of(Ops&&... ops) {
+    std::vector<Op> out;
+    out.reserve(sizeof...(ops));
+    (out.push_back(std::forward<Ops>(ops)), ...);
+    return out;
+  }
+
   // When op `i` of `c` may start: once the receipt it forwards has ended.
   static double release_of(const Candidate& c, size_t i) {
     return c.after.empty() || c.after[i] < 0 ? 0 : c.slots[c.after[i]].finish;
@@ -301,8 +310,8 @@ class OrderPlanner {
     for (size_t i = c.ops.size(); i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
   }
 
-  static void record(const Candidate& c, std::vector<Placed>& placed) {
-    for (size_t i = 0; i < c.ops.size(); ++i) record(c.slots[i], c.ops[i], placed);
+  static void record(Candidate&& c, std::vector<Placed>& placed) {
+    for (size_t i = 0; i < c.ops.size(); ++i) record(c.slots[i], std::move(c.ops[i]), placed);
   }
 
   // The ops from the holder (not on `used` hosts) that finish soonest, among the kProbed holders
@@ -384,19 +393,19 @@ class OrderPlanner {
       const int home_host = cluster.host_of(sender);
       if (t.stage_receives) {  // the rail must go through its stage
         const DeviceId stage = t.stages[0];
-        consider({op_to({stage}, sender), op_to(t.receivers, stage)}, {-1, 0});
+        consider(ops_of(op_to({stage}, sender), op_to(t.receivers, stage)), {-1, 0});
         continue;
       }
       if (shape_ == Shape::chains) {
-        consider({op_to(t.receivers, sender)}, {});
+        consider(ops_of(op_to(t.receivers, sender)), {});
         // Handed over the device link to the stage first, the slice leaves by the stage's NIC
         // while the holder's send port is free again after a tenth of the time or so.
         if (const auto stage = t.stage_on(home_host, cluster))
-          consider({op_to({*stage}, sender), op_to(t.receivers, *stage)}, {-1, 0});
+          consider(ops_of(op_to({*stage}, sender), op_to(t.receivers, *stage)), {-1, 0});
         std::vector<DeviceId> home, away;
         for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
         if (!home.empty() && !away.empty())
-          consider({op_to(std::move(away), sender), op_to(std::move(home), sender)}, {});
+          consider(ops_of(op_to(std::move(away), sender), op_to(std::move(home), sender)), {});
         continue;
       }
       // The receivers by host: the sender's host first, then the others in cyclic order of host
@@ -453,15 +462,15 @@ class OrderPlanner {
         pieces.push_back(std::move(piece));
       }
       if (choice == SplitChoice::yes || finish < whole.finish) {
-        for (const Candidate& piece : pieces) record(piece, placed);
+        for (Candidate& piece : pieces) record(std::move(piece), placed);
         done = std::max(done, finish);
         return true;
       }
       for (size_t i = pieces.size(); i-- > 0;) remove(pieces[i], schedule);
     }
     insert(whole, schedule);
-    record(whole, placed);
     done = std::max(done, whole.finish);
+    record(std::move(whole), placed);
     return false;
   }
 

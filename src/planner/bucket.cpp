@@ -5,10 +5,10 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
 #include <unordered_map>
 
 #include "jobs.h"
+#include "meshcast/dense_index.h"
 #include "meshcast/layout/layout.h"
 
 namespace meshcast::detail {
@@ -23,18 +23,58 @@ class SourceTiles {
     auto& tiles = tiles_[piece.tensor];
     if (!tiles) {
       const TensorResharding& t = batch_.tensors[piece.tensor];
-      tiles.emplace();
+      std::vector<int64_t> devices;
+      for (int64_t i = 0; i < t.src.mesh.size(); ++i) devices.push_back(t.src.mesh.device_at(i));
+      tiles.emplace(Tiles{DenseIndex(devices), std::vector<Box>(devices.size())});
       const auto boxes = device_tiles(t.tensor, t.src);
-      for (int64_t i = 0; i < t.src.mesh.size(); ++i)
-        tiles->emplace(t.src.mesh.device_at(i), boxes[i]);
+      for (size_t i = 0; i < devices.size(); ++i)
+        tiles->boxes[tiles->devices.index_of(devices[i])] = boxes[i];
     }
-    const auto it = tiles->find(device);
-    return it != tiles->end() && it->second.contains(piece.slice);
+    return tiles->devices.contains(device) &&
+           tiles->boxes[tiles->devices.index_of(device)].contains(piece.slice);
   }
 
  private:
+  struct Tiles {
+    DenseIndex devices;
+    std::vector<Box> boxes;  // by index in `devices`
+  };
   const Batch& batch_;
-  std::vector<std::optional<std::unordered_map<DeviceId, Box>>> tiles_;
+  std::vector<std::optional<Tiles>> tiles_;
+};
+
+// Hashes of the keys buckets and streams are found by: the receivers of a chain, and what else
+// tells such chains apart.
+uint64_t hash_chain(uint64_t seed, const std::vector<DeviceId>& receivers) {
+  uint64_t h = seed * 0x9E3779B97F4A7C15ULL;
+  for (DeviceId r : receivers) h = (h ^ static_cast<uint64_t>(r)) * 0x100000001B3ULL;
+  return h;
+}
+
+// Pieces of a kind whose senders are on `host`, bound for `receivers` (sorted).
+struct BucketKey {
+  OpKind kind;
+  int host;
+  std::vector<DeviceId> receivers;
+  bool operator==(const BucketKey&) const = default;
+};
+struct BucketKeyHash {
+  size_t operator()(const BucketKey& k) const {
+    return hash_chain(static_cast<uint64_t>(k.kind) << 32 | static_cast<uint32_t>(k.host),
+                      k.receivers);
+  }
+};
+
+// Broadcasts from `sender` along `receivers` (in chain order).
+struct StreamKey {
+  DeviceId sender;
+  std::vector<DeviceId> receivers;
+  bool operator==(const StreamKey&) const = default;
+};
+struct StreamKeyHash {
+  size_t operator()(const StreamKey& k) const {
+    return hash_chain(static_cast<uint64_t>(k.sender), k.receivers);
+  }
 };
 
 }  // namespace
@@ -51,13 +91,12 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
   // the sender and chain order of its first op): any of them whose sender holds a piece may carry
   // it. Only senders on one host share buckets, so that the balance modes' spreading of a host's
   // sending over other hosts (and split parts from different hosts) stays.
-  using Key = std::tuple<OpKind, int, std::vector<DeviceId>>;
-  std::map<Key, std::vector<size_t>> open;
+  std::unordered_map<BucketKey, std::vector<size_t>, BucketKeyHash> open;
   // The stream that still takes pieces, per sender and chain: a broadcast of at least a bucket
   // joins only the open stream of its own sender and chain, so that its route stays the one the
   // balance mode chose. A chain pays a latency per device it passes, so a stream through k devices
   // grows to k buckets: its latencies stay as small a part of its time as a bucket's on one hop.
-  std::map<std::pair<DeviceId, std::vector<DeviceId>>, size_t> streams;
+  std::unordered_map<StreamKey, size_t, StreamKeyHash> streams;
   std::vector<Op> out;
   out.reserve(ops.size());
   for (Op& op : ops) {
@@ -78,8 +117,8 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
       out.push_back(std::move(op));
       continue;
     }
-    Key key{op.kind, batch.cluster.host_of(*op.sender), op.receivers};
-    std::sort(std::get<2>(key).begin(), std::get<2>(key).end());
+    BucketKey key{op.kind, batch.cluster.host_of(*op.sender), op.receivers};
+    std::sort(key.receivers.begin(), key.receivers.end());
     std::vector<size_t>& buckets = open[std::move(key)];
     // A bucket too full for a piece is closed, as one that is sent (so the search stays short).
     std::erase_if(buckets, [&](size_t b) { return out[b].bytes + op.bytes > bucket_bytes; });
@@ -123,10 +162,32 @@ Op chain_of(const std::vector<Piece>& pieces, DeviceId sender, std::vector<Devic
   return op;
 }
 
+// Whether `op` is a broadcast that host_chains cuts, its forwarders aside: its chain passes
+// several devices of some other host, at least two other hosts, and its latencies outweigh its
+// bytes on one NIC. `runs` are host_runs(op).
+bool worth_cutting(const Op& op, const std::vector<std::vector<DeviceId>>& runs, const Cluster& c) {
+  if (op.kind != OpKind::broadcast) return false;
+  const int home = c.host_of(*op.sender);
+  const auto others = std::count_if(runs.begin(), runs.end(),
+                                    [&](const auto& run) { return c.host_of(run[0]) != home; });
+  const bool shared = std::any_of(runs.begin(), runs.end(), [&](const auto& run) {
+    return c.host_of(run[0]) != home && run.size() > 1;
+  });
+  const double on_a_nic = static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home);
+  return others >= 2 && shared && c.latency * static_cast<double>(op.receivers.size()) >= on_a_nic;
+}
+
 }  // namespace
 
-std::vector<Op> host_chains(const Batch& batch, std::vector<Op> ops, int64_t chunk_bytes) {
+std::optional<std::vector<Op>> host_chains(const Batch& batch, const std::vector<Op>& ops,
+                                           int64_t chunk_bytes) {
   const Cluster& c = batch.cluster;
+  // Most plans cut nothing (sends, chains of one device per host, large slices): they are not
+  // copied.
+  if (std::none_of(ops.begin(), ops.end(), [&](const Op& op) {
+        return op.kind == OpKind::broadcast && worth_cutting(op, host_runs(op, c), c);
+      }))
+    return std::nullopt;
   // Devices that send what they received (relays of other shapes, stages): a broadcast that
   // reaches one of them keeps its chain, so that it still has the bytes before it sends them.
   SourceTiles sources(batch);
@@ -140,22 +201,21 @@ std::vector<Op> host_chains(const Batch& batch, std::vector<Op> ops, int64_t chu
   std::vector<Op> out;
   std::vector<Op> inside;  // the chains inside hosts, after all others
   out.reserve(ops.size());
-  for (Op& op : ops) {
-    const int home = op.sender ? c.host_of(*op.sender) : -1;
+  bool cut = false;
+  for (const Op& op : ops) {
     std::vector<std::vector<DeviceId>> runs;
     if (op.kind == OpKind::broadcast) runs = host_runs(op, c);
-    const auto others = std::count_if(runs.begin(), runs.end(),
-                                      [&](const auto& run) { return c.host_of(run[0]) != home; });
-    const bool shared = std::any_of(runs.begin(), runs.end(), [&](const auto& run) {
-      return c.host_of(run[0]) != home && run.size() > 1;
-    });
-    const double on_a_nic = static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home);
-    if (others < 2 || !shared || c.latency * static_cast<double>(op.receivers.size()) < on_a_nic ||
+    if (!worth_cutting(op, runs, c) ||
         std::any_of(op.receivers.begin(), op.receivers.end(),
                     [&](DeviceId r) { return forwarders.contains(r); })) {
-      out.push_back(std::move(op));
+      out.push_back(op);
       continue;
     }
+    cut = true;
+    const int home = c.host_of(*op.sender);
+    const auto others = std::count_if(runs.begin(), runs.end(),
+                                      [&](const auto& run) { return c.host_of(run[0]) != home; });
+    const double on_a_nic = static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home);
     std::vector<DeviceId> entries;
     for (auto& run : runs) {
       if (c.host_of(run[0]) == home) continue;
@@ -173,6 +233,7 @@ std::vector<Op> host_chains(const Batch& batch, std::vector<Op> ops, int64_t chu
       if (!run.empty()) inside.push_back(chain_of(op.pieces, from, std::move(run), c, chunk_bytes));
     }
   }
+  if (!cut) return std::nullopt;
   std::move(inside.begin(), inside.end(), std::back_inserter(out));
   return out;
 }

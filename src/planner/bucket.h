@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "meshcast/plan/plan.h"
@@ -35,6 +36,8 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
 // small replicated tensors of a weight sync (norms, routers) bound for each of 2,048 serving GPUs
 // held them all for 10 ms per bucket (2,048 latencies), where the devices that only receive are
 // now held for the few latencies of their own host.
-std::vector<Op> host_chains(const Batch& batch, std::vector<Op> ops, int64_t chunk_bytes);
+// Returns nothing where no broadcast is cut.
+std::optional<std::vector<Op>> host_chains(const Batch& batch, const std::vector<Op>& ops,
+                                           int64_t chunk_bytes);
 
 }  // namespace meshcast::detail

@@ -119,6 +119,10 @@ class Gathers {
     for (int tensor = 0; tensor < static_cast<int>(tasks.size()); ++tensor)
       for (int index = 0; index < static_cast<int>(tasks[tensor].size()); ++index) {
         const UnitTask& task = tasks[tensor][index];
+        // (Most tasks have no receiver that holds the slice: they are not grouped by host.)
+        if (std::none_of(task.receivers.begin(), task.receivers.end(),
+                         [&](DeviceId r) { return holds(task.senders, r); }))
+          continue;
         std::map<int, std::vector<DeviceId>> by_host;
         for (DeviceId r : task.receivers) by_host[cluster.host_of(r)].push_back(r);
         for (auto& [host, group] : by_host) {

@@ -256,12 +256,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   // would be planned again: detail::host_chains only rewrites ops), when the simulator finds that
   // faster.
   if (plan.balance == Balance::order && jobs.size() > kMostJobsForACandidate) {
-    std::vector<Op> cut = detail::host_chains(batch, plan.ops, options.chunk_bytes);
-    if (cut.size() != plan.ops.size()) {
-      const double cut_time = simulate_time(batch, cut).time_s;
+    if (std::optional<std::vector<Op>> cut =
+            detail::host_chains(batch, plan.ops, options.chunk_bytes)) {
+      const double cut_time = simulate_time(batch, *cut).time_s;
       time = simulate_time(batch, plan.ops).time_s;
       if (cut_time < *time) {
-        plan.ops = std::move(cut);
+        plan.ops = std::move(*cut);
         time = cut_time;
       }
     }
