@@ -292,5 +292,31 @@ rm -rf "$WEIGHTS_DIR"
 check bench-weights-strategies 2 "--suite weights, --suite weights-moe and --batch run every model with every method" -- "$MESHCAST" bench --suite weights --strategies send_recv
 check bench-weights-moe-cases 2 "--suite weights, --suite weights-moe and --batch run every model with every method" -- "$MESHCAST" bench --suite weights-moe --cases 1
 
+# Huge pages (docs/performance.md#huge-pages): the command starts itself again with glibc's
+# hugetlb tunable set, unless GLIBC_TUNABLES is set already. Each run below waits on a FIFO for its
+# batch, so its environment can be read meanwhile.
+HUGE_DIR=$(mktemp -d)
+"$MESHCAST" model --hidden 64 --layers 2 --heads 4 --ffn 128 --vocab 100 --train tp=2 \
+  --serve tp=2 -o "$HUGE_DIR/batch.json" >/dev/null
+environment_of_a_waiting_run() {  # prints the GLIBC_TUNABLES of a meshcast waiting for its batch
+  mkfifo "$HUGE_DIR/fifo"
+  "$@" "$MESHCAST" plan --batch "$HUGE_DIR/fifo" >/dev/null 2>&1 &
+  local pid=$! seen=""
+  for _ in $(seq 100); do  # until the restarted image shows its environment (10 s at most)
+    seen=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep '^GLIBC_TUNABLES=')
+    [[ -n $seen && $(readlink "/proc/$pid/exe") == "$(readlink -f "$MESHCAST")" ]] && break
+    sleep 0.1
+  done
+  timeout 10 cp "$HUGE_DIR/batch.json" "$HUGE_DIR/fifo"  # (a run that died never opens it)
+  wait "$pid"
+  rm "$HUGE_DIR/fifo"
+  echo "environment: ${seen:-no GLIBC_TUNABLES}"
+}
+environment_of_a_waiting_run env -u GLIBC_TUNABLES >"$HUGE_DIR/ours.txt"
+check huge-pages 0 "^environment: GLIBC_TUNABLES=glibc.malloc.hugetlb=1$" -- cat "$HUGE_DIR/ours.txt"
+environment_of_a_waiting_run env GLIBC_TUNABLES=glibc.malloc.check=0 >"$HUGE_DIR/users.txt"
+check huge-pages-user-setting 0 "^environment: GLIBC_TUNABLES=glibc.malloc.check=0$" -- cat "$HUGE_DIR/users.txt"
+rm -rf "$HUGE_DIR"
+
 echo "$passes passed, $failures failed"
 [[ $failures -eq 0 ]]
