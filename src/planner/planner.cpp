@@ -165,15 +165,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         fmt::format("bad bucket bytes {}: expected >= 0 (0 = no buckets)", *options.bucket_bytes));
   // decompose validates the batch: once, as a model's batch of a thousand tensors costs a tenth
   // of its planning time to check.
-  const auto tasks = decompose(batch);
-  const auto jobs = detail::make_jobs(batch, tasks, options.strategy);
+  auto tasks = decompose(batch);
+  auto jobs = detail::make_jobs(batch, tasks, options.strategy);
 
   Plan plan;
   plan.batch = batch;
   plan.strategy = options.strategy;
   plan.balance = effective_balance(options);
   plan.lower_bound_s = lower_bound(batch, tasks);
+  // The tasks, and below the jobs where no candidate needs them, are freed as soon as they are
+  // used: the ops take their memory rather than fresh pages (each a page fault, and at 4,096 x 8
+  // hosts the tasks alone are 70 MB).
+  tasks = {};
   plan.ops = ops_of(batch, jobs, options, plan.balance);
+  const bool many_jobs = jobs.size() > kMostJobsForACandidate;
+  if (many_jobs) jobs = {};
   // When balance order's plan is far from the bound, it is planned again in other ways and the
   // fastest by the simulator is kept. Each is timed as it will run, its small pieces fused into
   // buckets, but of the cluster's default size whatever bucket size was asked, so that the bucket
@@ -192,8 +198,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   // apart, so it holds a host's next relays until its gathers end: rails are also laid in
   // lockstep rounds (balance_rounds), whose chains turn their hosts round by round.
   std::optional<double> time;  // the simulated time of the plan returned, where it is known
-  if (plan.balance == Balance::order && jobs.size() <= kMostJobsForACandidate &&
-      any_beyond_a_latency(batch, jobs)) {
+  if (plan.balance == Balance::order && !many_jobs && any_beyond_a_latency(batch, jobs)) {
     const auto fused_time = [&](const std::vector<Op>& ops) {
       return simulate_time(batch,
                            detail::bucket_ops(batch, ops, default_bucket_bytes(batch.cluster),
@@ -255,7 +260,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   // are still cut into a chain through one device per host and chains inside each host (rails
   // would be planned again: detail::host_chains only rewrites ops), when the simulator finds that
   // faster.
-  if (plan.balance == Balance::order && jobs.size() > kMostJobsForACandidate) {
+  if (plan.balance == Balance::order && many_jobs) {
     if (std::optional<std::vector<Op>> cut =
             detail::host_chains(batch, plan.ops, options.chunk_bytes)) {
       const double cut_time = simulate_time(batch, *cut).time_s;

@@ -19,6 +19,16 @@
 
 namespace {
 
+// Where the kernel gives no huge pages ("never"), there is nothing to restart for.
+bool huge_pages_possible() {
+  std::FILE* mode = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (!mode) return false;
+  char text[64] = {};
+  const bool read = std::fgets(text, sizeof text, mode) != nullptr;
+  std::fclose(mode);
+  return read && !std::strstr(text, "[never]");
+}
+
 // Planning thousands of hosts touches hundreds of megabytes, each page once: on 4 KiB pages the
 // kernel maps them one fault at a time, a third of the planning time of 4,096 x 8 hosts on the
 // 2-core development machine. glibc backs malloc's memory with transparent huge pages only when
@@ -27,7 +37,7 @@ namespace {
 // set. A GLIBC_TUNABLES of the user's (any value, even empty) is kept and turns this off; so does
 // valgrind, whose preloaded library the new image would run without.
 void restart_with_huge_pages(char** argv) {
-  if (std::getenv("GLIBC_TUNABLES")) return;
+  if (std::getenv("GLIBC_TUNABLES") || !huge_pages_possible()) return;
   if (const char* preload = std::getenv("LD_PRELOAD"); preload && std::strstr(preload, "vgpreload"))
     return;
   if (setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1) != 0) return;
