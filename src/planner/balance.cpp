@@ -121,10 +121,38 @@ struct Genome {
   std::vector<SplitChoice> split;  // per job
 };
 
-struct Placed {
-  double start;
-  int seq;
-  Op op;
+// The ops placed so far, in placing order, with when each starts.
+class Placed {
+ public:
+  void add(Slot slot, Op op) {
+    starts_.emplace_back(slot.start, static_cast<int>(ops_.size()));
+    ops_.push_back(std::move(op));
+  }
+  // The ops in start order (ties: placing order), rearranged where they are: a second array of a
+  // quarter of a million ops would be as many fresh pages again.
+  std::vector<Op> in_start_order() && {
+    std::sort(starts_.begin(), starts_.end());
+    // Position i takes the op at starts_[i].second: each cycle of that permutation is followed
+    // once, and its positions marked done (-1).
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      if (starts_[i].second < 0) continue;
+      Op first = std::move(ops_[i]);
+      size_t to = i;
+      for (auto from = static_cast<size_t>(starts_[to].second); from != i;
+           from = static_cast<size_t>(starts_[to].second)) {
+        ops_[to] = std::move(ops_[from]);
+        starts_[to].second = -1;
+        to = from;
+      }
+      ops_[to] = std::move(first);
+      starts_[to].second = -1;
+    }
+    return std::move(ops_);
+  }
+
+ private:
+  std::vector<Op> ops_;
+  std::vector<std::pair<double, int>> starts_;  // (start, index into ops_)
 };
 
 struct Decoded {
@@ -198,7 +226,7 @@ class OrderPlanner {
 
   Decoded decode(const Genome& genome) const {
     Schedule schedule(model_);
-    std::vector<Placed> placed;
+    Placed placed;
     Decoded out;
     out.split = genome.split;
     // Copies first: each holds both ports of its device for about one latency, from data in the
@@ -224,13 +252,7 @@ class OrderPlanner {
       for (const Op& op : job.then)
         if (op.kind != OpKind::copy) record(schedule.insert(model_.cost_of(op), done), op, placed);
     }
-    // Ops in start order (ties: placing order); sorting keys rather than ops moves no op twice.
-    std::vector<std::pair<double, int>> keys;
-    keys.reserve(placed.size());
-    for (const Placed& p : placed) keys.emplace_back(p.start, p.seq);
-    std::sort(keys.begin(), keys.end());
-    out.ops.reserve(placed.size());
-    for (const auto& key : keys) out.ops.push_back(std::move(placed[key.second].op));
+    out.ops = std::move(placed).in_start_order();
     // Recording and sorting the ops: a unit per op and level of the sort.
     const auto ops = static_cast<int64_t>(out.ops.size());
     out.work += ops * std::bit_width(static_cast<uint64_t>(ops));
@@ -252,9 +274,7 @@ class OrderPlanner {
   }
 
  private:
-  static void record(Slot slot, Op op, std::vector<Placed>& placed) {
-    placed.push_back({slot.start, static_cast<int>(placed.size()), std::move(op)});
-  }
+  static void record(Slot slot, Op op, Placed& placed) { placed.add(slot, std::move(op)); }
 
   // The ops that deliver one transfer (or one part of it) from one sender, placed in order.
   struct Candidate {
@@ -310,7 +330,7 @@ class OrderPlanner {
     for (size_t i = c.ops.size(); i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
   }
 
-  static void record(Candidate&& c, std::vector<Placed>& placed) {
+  static void record(Candidate&& c, Placed& placed) {
     for (size_t i = 0; i < c.ops.size(); ++i) record(c.slots[i], std::move(c.ops[i]), placed);
   }
 
@@ -443,8 +463,8 @@ class OrderPlanner {
   // Places one transfer whole or split; returns whether it was split. `done` grows to the
   // latest finish, `work` by the probes.
   bool place_transfer(const Transfer& t, const Job& job, SplitChoice choice, Schedule& schedule,
-                      const std::vector<double>& own_left, std::vector<Placed>& placed,
-                      double& done, int64_t& work) const {
+                      const std::vector<double>& own_left, Placed& placed, double& done,
+                      int64_t& work) const {
     const int parts = options_.split && choice != SplitChoice::no
                           ? split_parts(t, holder_hosts(t, batch_.cluster))
                           : 1;
