@@ -318,7 +318,86 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
   if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
 }
 
+// The rounds `job` is cut into (torch.chunk of each slice's longest dimension): at most `rounds`,
+// and fewer where its `largest` part would have less than `min_round_bytes` per round, or a slice
+// too short to give every round an element.
+int round_count(const Job& job, int64_t largest, int rounds, int64_t min_round_bytes) {
+  int n = static_cast<int>(
+      std::clamp<int64_t>(largest / std::max<int64_t>(min_round_bytes, 1), 1, rounds));
+  while (n > 1 && std::any_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
+           return allgather_part(t.slice, n, n - 1).empty();
+         }))
+    --n;
+  return n;
+}
+
 }  // namespace
+
+std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                             int64_t min_round_bytes) {
+  const Cluster& cluster = batch.cluster;
+  std::set<DeviceId> senders;  // the devices no stage may be at
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers)
+      senders.insert(t.candidates.begin(), t.candidates.end());
+  std::vector<Job> out;
+  for (const Job& job : jobs) {
+    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
+                                         [](const Op& op) { return op.kind == OpKind::copy; });
+    Job staged = job;
+    staged.transfers.clear();
+    int64_t largest = 0;  // bytes of the job's largest staged transfer, 0 when it has none
+    for (const Transfer& t : job.transfers) {
+      Transfer away = t;
+      std::erase_if(away.receivers,
+                    [&](DeviceId r) { return host_holds(t, cluster.host_of(r), cluster); });
+      // No device may receive an element twice: the stage receives nothing that overlaps the
+      // slice by another transfer or as the stage of one (send_recv gives each receiver of a
+      // slice its own transfer), and a receiver stages only its own transfer.
+      Transfer overlapping = t;
+      const auto add = [&](const std::vector<DeviceId>& devices) {
+        overlapping.receivers.insert(overlapping.receivers.end(), devices.begin(), devices.end());
+      };
+      for (const Transfer& u : job.transfers)
+        if (&u != &t && intersect(u.slice, t.slice).volume() > 0) add(u.receivers);
+      for (const Transfer& u : staged.transfers)
+        if (intersect(u.slice, t.slice).volume() > 0) add(u.stages);
+      if (only_copies && !away.receivers.empty())
+        leave_by_rail(away, cluster.nic_of(t.candidates[0]), overlapping, senders,
+                      /*beside=*/true, cluster);
+      if (away.stage_receives && !holds(t.receivers, away.stages[0])) away.stages.clear();
+      if (away.stages.empty()) {
+        staged.transfers.push_back(t);
+        continue;
+      }
+      largest = std::max(largest, t.bytes);
+      away.splittable = false;
+      Transfer home = t;
+      std::erase_if(home.receivers, [&](DeviceId r) {
+        return holds(away.receivers, r) || (away.stage_receives && r == away.stages[0]);
+      });
+      staged.transfers.push_back(std::move(away));
+      if (!home.receivers.empty()) staged.transfers.push_back(std::move(home));
+    }
+    if (largest == 0) {
+      out.push_back(job);
+      continue;
+    }
+    const int n = round_count(staged, largest, rounds, min_round_bytes);
+    const int element = element_size(batch, job.tensor);
+    for (int round = 0; round < n; ++round) {
+      Job part{.tensor = job.tensor, .task = job.task, .round = round};
+      for (Transfer t : staged.transfers) {
+        t.slice = allgather_part(t.slice, n, round);
+        t.bytes = t.slice.volume() * element;
+        part.transfers.push_back(std::move(t));
+      }
+      if (round == 0) part.then = job.then;
+      out.push_back(std::move(part));
+    }
+  }
+  return out;
+}
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
@@ -346,12 +425,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       out.push_back(job);
       continue;
     }
-    int n = static_cast<int>(
-        std::clamp<int64_t>(largest_rail / std::max<int64_t>(min_round_bytes, 1), 1, rounds));
-    while (n > 1 && std::any_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
-             return allgather_part(t.slice, n, n - 1).empty();
-           }))
-      --n;
+    const int n = round_count(job, largest_rail, rounds, min_round_bytes);
     const int element = element_size(batch, job.tensor);
     for (int round = 0; round < n; ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};

@@ -228,6 +228,17 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       try_candidate(jobs, options, detail::Shape::relayed_down);
     }
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
+    // Slices that leave their holders' hosts handed over to stages, round by round, so that a
+    // holder serving devices of its own host too does not keep its NIC idle meanwhile.
+    if (!near()) {
+      const auto staged =
+          detail::staged_jobs(batch, jobs, rail_rounds(batch, jobs),
+                              kRailRoundBuckets * default_bucket_bytes(batch.cluster));
+      if (stage_count(staged) > 0) {
+        try_candidate(staged, options, detail::Shape::chains);
+        if (!near()) try_ops(detail::balance_rounds(batch, staged, options));
+      }
+    }
     // Rails, and where several hosts hold a slice and only some have holders on a rail's NIC,
     // rails that the others also send through stages (when that adds any stage): the first keep
     // those NICs' holders from waiting for the others' hand-overs, the second spread the rail.
