@@ -654,5 +654,55 @@ TEST(PlannerTest, AReceiverBesideTheSingleHolderStagesTheRailsOfItsNic) {
   EXPECT_LE(order_ratio(p, false), 1.2);
 }
 
+// Device 3 (host 1, one NIC) alone holds the tensor: device 0 on host 0 needs the first half,
+// device 2 beside it the second. Device 3 sends one op at a time, so sending the first half over
+// the NIC and the second to device 2 one after the other kept the NIC idle for a tenth of its time
+// (1.10x the bound). Handed over round by round to a stage (device 2, which holds nothing), the
+// first half leaves by the NIC while device 3 serves device 2 (random suite seed 622 r7).
+TEST(PlannerTest, AHolderServingItsOwnHostHandsWhatLeavesItToAStage) {
+  const Resharding p =
+      problem_of({16777216}, Mesh({1}, {3}), "S0", Mesh({2, 1}, {0, 2}), "S0", 2, 2);
+  EXPECT_LE(order_ratio(p, false), 1.03);
+}
+
+// Devices 0 (NIC 0) and 1 (NIC 1) of host 0 hold a half each; devices 0, 2 and 4 need a third
+// each, so host 0 sends two thirds, a half of it held by device 1 alone. Device 1 sent its half
+// over NIC 1 alone (1.48x the bound) though it could hand some to device 0 on NIC 0, whose own
+// share is smaller: rails staged at holders are also laid in lockstep rounds, where every rail is
+// handed over to its stage, and each NIC sends a third (random suite seed 604 r29 with two NICs).
+TEST(PlannerTest, RailsStagedAtHoldersAreAlsoLaidInRounds) {
+  Resharding p =
+      problem_of({67108866}, Mesh({2}, {0, 1}), "S0", Mesh({3, 1}, {0, 2, 4}), "S0", 3, 2);
+  p.tensor.dtype = DType::int64;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.1);
+}
+
+// Device 14 (host 7) and device 3 (host 1) each hold half the rows, which devices 12 (host 6) and
+// 4 (host 2) need a half of the columns of. In lockstep rounds both holders sent to host 6 first,
+// then to host 2, so both shared host 6's NICs while host 2's idled (1.64x the bound): each holder
+// host's jobs of a round are rotated by its rank, so they start on different receiving hosts
+// (random suite seed 608 r21 with two NICs).
+TEST(PlannerTest, HoldersOnDifferentHostsStartARoundOnDifferentReceivers) {
+  Resharding p =
+      problem_of({8388608, 8}, Mesh({2}, {14, 3}), "S0R", Mesh({2, 1}, {12, 4}), "RS01", 8, 2);
+  p.tensor.dtype = DType::int64;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.12);
+}
+
+// Device 0 (host 0, NIC 0 of two) alone holds the tensor that device 3 (host 1) needs. It sends
+// the rail of NIC 0 itself and hands the other over to device 1, so its send port carries the one
+// at the NIC's rate and the other at the device link's: with equal rails the port took 1.1x a
+// rail's NIC time (1.058x the bound, whose send(h) counts this). The own rail is cut smaller, so
+// that the port and device 1's NIC end together (random suite seed 633 r29 and alike with two
+// NICs).
+TEST(PlannerTest, ASingleHolderSendsTheRailOfItsOwnNicSmaller) {
+  Resharding p = problem_of({16777216}, Mesh({1}, {0}), "R", Mesh({1}, {3}), "R", 2, 2);
+  p.tensor.dtype = DType::float32;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.03);
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -112,6 +112,34 @@ TEST(LocalExecutorTest, SlicesForwardedHostByHostDeliverEveryElement) {
   }
 }
 
+// Rails whose parts are cut unequally (a single holder's own rail smaller), gathered by an
+// allgather of pieces each held by one rail, and slices handed over to a stage that forwards them
+// over its host's one NIC deliver every element.
+TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
+  auto executor = make_local_executor({.threads = 3, .split_bytes = 256});
+  const auto problem = [](const char* src_spec, Mesh src, const char* dst_spec, Mesh dst,
+                          int nics) {
+    Resharding p;
+    p.tensor = TensorSpec{{4194304}, DType::float32};
+    p.src = Layout{std::move(src), ShardingSpec::parse(src_spec)};
+    p.dst = Layout{std::move(dst), ShardingSpec::parse(dst_spec)};
+    p.cluster = paper_cluster(2);
+    p.cluster.devices_per_host = 2;
+    p.cluster.nics_per_host = nics;
+    return p;
+  };
+  const Plan rails = make_plan(problem("R", Mesh({1}, {0}), "R", Mesh({2}, {2, 3}), 2));
+  EXPECT_TRUE(std::any_of(rails.ops.begin(), rails.ops.end(), [](const Op& op) {
+    return op.kind == OpKind::allgather && op.pieces.size() == 2 && op.pieces[0].holder == 0 &&
+           op.pieces[0].bytes < op.pieces[1].bytes;
+  }));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, rails), 0);
+  const Plan staged = make_plan(problem("S0", Mesh({1}, {3}), "S0", Mesh({2, 1}, {0, 2}), 1));
+  EXPECT_TRUE(std::any_of(staged.ops.begin(), staged.ops.end(),
+                          [](const Op& op) { return op.sender == 2 && op.receivers[0] == 0; }));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, staged), 0);
+}
+
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in
 // flight together (one after the other, as when a device played one op at a time, would give 1).
 TEST(LocalExecutorTest, ADeviceSendsAndReceivesAtOnce) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "meshcast/sim/simulator.h"
@@ -525,6 +527,72 @@ std::vector<Op> ops_from_senders(const Batch& batch, const std::vector<Job>& job
   return ops;
 }
 
+// The hosts `job` sends to over NICs: those of its receivers where no holder of their slice is.
+std::set<int> receiving_hosts(const Job& job, const Cluster& cluster) {
+  std::set<int> hosts;
+  for (const Transfer& t : job.transfers) {
+    const auto holders = hosts_of(t.candidates, cluster);
+    for (DeviceId r : t.receivers)
+      if (std::find(holders.begin(), holders.end(), cluster.host_of(r)) == holders.end())
+        hosts.insert(cluster.host_of(r));
+  }
+  return hosts;
+}
+
+// The jobs of one round in [first, last), each holder host's (the host of its first transfer's
+// first holder) reordered so that the j-th jobs of different holder hosts go to different
+// receiving hosts where they can: holders on different hosts whose jobs go to the same receiving
+// hosts in the same order would all send into one receiving NIC at once, sharing it while the
+// others idle (a device sends its ops in plan order). Position by position, each holder host in
+// turn takes its first job left whose receiving hosts no holder host before it took there, else
+// its first job left, so jobs that do not collide keep their order; `rotated`, the k-th holder
+// host's jobs are first rotated by k, as in the rounds of an open shop (which finds rounds without
+// collisions where the first fit does not, and the other way round where the holder hosts' jobs go
+// to different receiving hosts).
+template <typename It>
+void spread_receivers(It first, It last, bool rotated, const Cluster& cluster) {
+  using JobPtr = typename std::iterator_traits<It>::value_type;
+  std::map<int, int> rank_of;             // holder host -> rank, in order of first appearance
+  std::vector<std::vector<It>> at;        // per rank: the positions of its jobs
+  std::vector<std::vector<JobPtr>> left;  // per rank: its jobs not placed yet
+  for (It it = first; it != last; ++it) {
+    if ((*it)->transfers.empty()) continue;  // a gather only: it sends nothing over a NIC
+    const int host = cluster.host_of((*it)->transfers[0].candidates[0]);
+    const auto [entry, added] = rank_of.try_emplace(host, static_cast<int>(at.size()));
+    if (added) {
+      at.emplace_back();
+      left.emplace_back();
+    }
+    at[entry->second].push_back(it);
+    left[entry->second].push_back(*it);
+  }
+  if (at.size() < 2) return;
+  if (rotated)
+    for (size_t rank = 1; rank < at.size(); ++rank)
+      std::rotate(left[rank].begin(),
+                  left[rank].begin() + static_cast<std::ptrdiff_t>(rank % left[rank].size()),
+                  left[rank].end());
+  std::vector<size_t> placed(at.size(), 0);
+  for (bool more = true; more;) {
+    more = false;
+    std::set<int> taken;  // receiving hosts of this position's jobs so far
+    for (size_t rank = 0; rank < at.size(); ++rank) {
+      std::vector<JobPtr>& jobs = left[rank];
+      if (jobs.empty()) continue;
+      auto pick = std::find_if(jobs.begin(), jobs.end(), [&](JobPtr job) {
+        const auto hosts = receiving_hosts(*job, cluster);
+        return std::none_of(hosts.begin(), hosts.end(), [&](int h) { return taken.contains(h); });
+      });
+      if (pick == jobs.end()) pick = jobs.begin();
+      const auto hosts = receiving_hosts(**pick, cluster);
+      taken.insert(hosts.begin(), hosts.end());
+      *at[rank][placed[rank]++] = *pick;
+      jobs.erase(pick);
+      more |= !jobs.empty();
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Op> balance_none(const Batch& batch, const std::vector<Job>& jobs,
@@ -571,7 +639,7 @@ std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
 }
 
 std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
-                               const PlanOptions& options) {
+                               const PlanOptions& options, bool rotated) {
   const Cluster& cluster = batch.cluster;
   Loads loads(jobs, cluster);
   std::vector<const Job*> order;
@@ -597,6 +665,7 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
   for (auto first = order.begin(); first != order.end();) {
     const auto last = std::find_if(first, order.end(),
                                    [&](const Job* job) { return job->round != (*first)->round; });
+    spread_receivers(first, last, rotated, cluster);
     // The round's transfers wave by wave: the first of each job, then the second, ...: a job's
     // rails from one holder leave one after another, and a device plays its ops in plan order, so
     // job by job the second job's first rail would wait for the first job's last.

@@ -35,8 +35,10 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
 // chain's first hosts relay (send) while its last host only receives, so with chains turned round
 // by round (Transfer::host_turn) each host gathers one round while it is the last host of the next,
 // instead of holding the next round's relays until its gathers end, as a greedy that keeps each
-// device's receipts apart does.
+// device's receipts apart does. Each holder host's jobs of a round are ordered so that holders on
+// different hosts send to different receiving hosts at once where they can (first fit, or
+// `rotated` first by the holder host's rank: spread_receivers in balance.cpp).
 std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
-                               const PlanOptions& options);
+                               const PlanOptions& options, bool rotated);
 
 }  // namespace meshcast::detail

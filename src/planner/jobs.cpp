@@ -239,23 +239,86 @@ std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool
   return hosts;
 }
 
-// The ops that give every receiver of `host` the whole `slice` once part i of it (allgather_part
-// of rails.size() parts) has reached rail i: an allgather where the rails are the receivers, else
-// a send of each part from its rail to each other receiver.
-void gather_rails(const Batch& batch, const Job& job, const Box& slice, const RailHost& host,
-                  std::vector<Op>& then) {
+// The ops that give every receiver of `host` the whole `slice` once `parts[i]` has reached rail i:
+// an allgather where the rails are the receivers (of the slice split as allgather_part does, or
+// where the parts are cut otherwise, of each part held by its rail), else a send of each part from
+// its rail to each other receiver.
+void gather_rails(const Batch& batch, const Job& job, const Box& slice,
+                  const std::vector<Box>& parts, const RailHost& host, std::vector<Op>& then) {
+  const auto g = static_cast<int>(host.rails.size());
   if (host.rails == host.receivers) {
-    then.push_back(make_op(OpKind::allgather, {make_piece(batch, job.tensor, job.task, slice)},
-                           std::nullopt, host.receivers));
+    std::vector<Piece> pieces;
+    for (int i = 0; i < g && pieces.empty(); ++i)
+      if (parts[i] != allgather_part(slice, g, i))
+        for (int k = 0; k < g; ++k) {
+          pieces.push_back(make_piece(batch, job.tensor, job.task, parts[k]));
+          pieces.back().holder = k;
+        }
+    if (pieces.empty()) pieces.push_back(make_piece(batch, job.tensor, job.task, slice));
+    then.push_back(make_op(OpKind::allgather, std::move(pieces), std::nullopt, host.receivers));
     return;
   }
-  const auto g = static_cast<int>(host.rails.size());
   for (int i = 0; i < g; ++i)
     for (DeviceId r : host.receivers)
       if (r != host.rails[i])
-        then.push_back(make_op(
-            OpKind::send, {make_piece(batch, job.tensor, job.task, allgather_part(slice, g, i))},
-            host.rails[i], {r}));
+        then.push_back(make_op(OpKind::send, {make_piece(batch, job.tensor, job.task, parts[i])},
+                               host.rails[i], {r}));
+}
+
+// The parts of `slice` that its rails carry (by_rail[i]: rail i, its holders and stages chosen).
+// Equal (allgather_part), except where one device alone holds the slice, sends one rail over its
+// own NIC and hands every other over to a stage: its send port (a device sends one op at a time)
+// then carries that rail at the NIC's rate and each other at the device link's, so with equal
+// parts the port, not the NICs, decides: 1 + s * nic / dev times a rail's NIC time for s staged
+// rails (1.1x with two NICs and links ten times as fast). The own rail is cut smaller, by the
+// factor 1 - s * nic / dev, so that the port and the stages' NICs end together, at the rate the
+// lower bound's send(h) gives (docs/concepts.md#lower-bound). Cut along the longest dimension, as
+// allgather_part does. Only for rails into one host that takes in from this holder alone: unequal
+// rails load its NICs unequally, which costs where its NICs decide, as where it takes in from
+// other holders too; and through a chain of hosts, every relay forwards the larger rails at its
+// NIC's rate, and the planner's rounds turn the chains, so that the hosts' relaying decides
+// (measured on the random suite with two NICs: cut unequally, such cases were slower as often as
+// faster).
+std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_rail,
+                            const std::map<int, std::set<DeviceId>>& sources,
+                            const Cluster& cluster) {
+  const auto g = static_cast<int>(by_rail.size());
+  std::vector<Box> parts;
+  for (int i = 0; i < g; ++i) parts.push_back(allgather_part(slice, g, i));
+  const DeviceId holder = by_rail[0]->candidates[0];
+  int direct = -1;  // the rail the holder sends itself
+  for (int i = 0; i < g; ++i) {
+    const Transfer& rail = *by_rail[i];
+    if (rail.candidates != std::vector<DeviceId>{holder} || rail.stage_receives ||
+        rail.receivers.size() > 1 ||
+        sources.at(cluster.host_of(rail.receivers[0])) != std::set<DeviceId>{holder})
+      return parts;
+    if (rail.stages.empty()) {
+      if (direct >= 0) return parts;
+      direct = i;
+    }
+  }
+  if (direct < 0) return parts;
+  const double own = 1 - (g - 1) * cluster.single_nic_bandwidth_of(cluster.host_of(holder)) /
+                             cluster.device_bandwidth_of(holder);
+  if (own <= 0) return parts;
+  int longest = 0;
+  for (int d = 1; d < slice.rank(); ++d)
+    if (slice.dims[d].size() > slice.dims[longest].size()) longest = d;
+  const Interval whole = slice.dims[longest];
+  const double total = g - 1 + own;
+  double before = 0;  // weight of the parts before part i
+  for (int i = 0; i < g; ++i) {
+    const double weight = i == direct ? own : 1;
+    const auto at = [&](double w) {
+      return whole.lo + std::llround(static_cast<double>(whole.size()) * w / total);
+    };
+    parts[i].dims[longest] = {at(before), at(before + weight)};
+    before += weight;
+  }
+  if (std::any_of(parts.begin(), parts.end(), [](const Box& b) { return b.empty(); }))
+    for (int i = 0; i < g; ++i) parts[i] = allgather_part(slice, g, i);
+  return parts;
 }
 
 // Rail i of a slice leaves each holding host by its NIC i mod n (n: the host's NICs with devices),
@@ -318,7 +381,86 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
   if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
 }
 
+// The rounds `job` is cut into (torch.chunk of each slice's longest dimension): at most `rounds`,
+// and fewer where its `largest` part would have less than `min_round_bytes` per round, or a slice
+// too short to give every round an element.
+int round_count(const Job& job, int64_t largest, int rounds, int64_t min_round_bytes) {
+  int n = static_cast<int>(
+      std::clamp<int64_t>(largest / std::max<int64_t>(min_round_bytes, 1), 1, rounds));
+  while (n > 1 && std::any_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
+           return allgather_part(t.slice, n, n - 1).empty();
+         }))
+    --n;
+  return n;
+}
+
 }  // namespace
+
+std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                             int64_t min_round_bytes) {
+  const Cluster& cluster = batch.cluster;
+  std::set<DeviceId> senders;  // the devices no stage may be at
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers)
+      senders.insert(t.candidates.begin(), t.candidates.end());
+  std::vector<Job> out;
+  for (const Job& job : jobs) {
+    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
+                                         [](const Op& op) { return op.kind == OpKind::copy; });
+    Job staged = job;
+    staged.transfers.clear();
+    int64_t largest = 0;  // bytes of the job's largest staged transfer, 0 when it has none
+    for (const Transfer& t : job.transfers) {
+      Transfer away = t;
+      std::erase_if(away.receivers,
+                    [&](DeviceId r) { return host_holds(t, cluster.host_of(r), cluster); });
+      // No device may receive an element twice: the stage receives nothing that overlaps the
+      // slice by another transfer or as the stage of one (send_recv gives each receiver of a
+      // slice its own transfer), and a receiver stages only its own transfer.
+      Transfer overlapping = t;
+      const auto add = [&](const std::vector<DeviceId>& devices) {
+        overlapping.receivers.insert(overlapping.receivers.end(), devices.begin(), devices.end());
+      };
+      for (const Transfer& u : job.transfers)
+        if (&u != &t && intersect(u.slice, t.slice).volume() > 0) add(u.receivers);
+      for (const Transfer& u : staged.transfers)
+        if (intersect(u.slice, t.slice).volume() > 0) add(u.stages);
+      if (only_copies && !away.receivers.empty())
+        leave_by_rail(away, cluster.nic_of(t.candidates[0]), overlapping, senders,
+                      /*beside=*/true, cluster);
+      if (away.stage_receives && !holds(t.receivers, away.stages[0])) away.stages.clear();
+      if (away.stages.empty()) {
+        staged.transfers.push_back(t);
+        continue;
+      }
+      largest = std::max(largest, t.bytes);
+      away.splittable = false;
+      Transfer home = t;
+      std::erase_if(home.receivers, [&](DeviceId r) {
+        return holds(away.receivers, r) || (away.stage_receives && r == away.stages[0]);
+      });
+      staged.transfers.push_back(std::move(away));
+      if (!home.receivers.empty()) staged.transfers.push_back(std::move(home));
+    }
+    if (largest == 0) {
+      out.push_back(job);
+      continue;
+    }
+    const int n = round_count(staged, largest, rounds, min_round_bytes);
+    const int element = element_size(batch, job.tensor);
+    for (int round = 0; round < n; ++round) {
+      Job part{.tensor = job.tensor, .task = job.task, .round = round};
+      for (Transfer t : staged.transfers) {
+        t.slice = allgather_part(t.slice, n, round);
+        t.bytes = t.slice.volume() * element;
+        part.transfers.push_back(std::move(t));
+      }
+      if (round == 0) part.then = job.then;
+      out.push_back(std::move(part));
+    }
+  }
+  return out;
+}
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
@@ -329,6 +471,13 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     for (const Job& job : jobs)
       for (const Transfer& t : job.transfers)
         senders.insert(t.candidates.begin(), t.candidates.end());
+  // Per host: the devices holding what it takes in over its NICs (rail_parts).
+  std::map<int, std::set<DeviceId>> sources;
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers)
+      for (DeviceId r : t.receivers)
+        if (!host_holds(t, cluster.host_of(r), cluster))
+          sources[cluster.host_of(r)].insert(t.candidates.begin(), t.candidates.end());
   std::vector<Job> out;
   std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
   const auto first = [](int) { return 0; };
@@ -346,12 +495,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       out.push_back(job);
       continue;
     }
-    int n = static_cast<int>(
-        std::clamp<int64_t>(largest_rail / std::max<int64_t>(min_round_bytes, 1), 1, rounds));
-    while (n > 1 && std::any_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
-             return allgather_part(t.slice, n, n - 1).empty();
-           }))
-      --n;
+    const int n = round_count(job, largest_rail, rounds, min_round_bytes);
     const int element = element_size(batch, job.tensor);
     for (int round = 0; round < n; ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
@@ -381,7 +525,14 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.host_turn = round;
           part.transfers.push_back(std::move(rail));
         }
-        for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, h, part.then);
+        std::vector<Transfer*> by_rail(g);  // the rails just added, by rail index
+        for (int j = 0; j < g; ++j) by_rail[(start + j) % g] = &part.transfers.end()[j - g];
+        const auto parts = rail_parts(whole.slice, by_rail, sources, cluster);
+        for (int i = 0; i < g; ++i) {
+          by_rail[i]->slice = parts[i];
+          by_rail[i]->bytes = parts[i].volume() * element;
+        }
+        for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, parts, h, part.then);
         // The receivers on hosts that hold the slice get it whole, over device links; a receiver
         // that stages a rail gets the other parts only.
         std::erase_if(whole.receivers,
@@ -396,7 +547,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         }
         for (int i = 0; i < g; ++i) {
           Transfer rest = whole;
-          rest.slice = allgather_part(whole.slice, g, i);
+          rest.slice = parts[i];
           rest.bytes = rest.slice.volume() * element;
           std::erase(rest.receivers, staged[i]);
           rest.splittable = false;

@@ -73,6 +73,19 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
                            int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
                            bool beside = false);
 
+// `jobs` with the slices that leave their holders' hosts staged, in rounds: each job whose
+// follow-ups are only copies and that has a transfer into hosts that do not hold its slice, where a
+// holding host has a device that holds no slice and does not receive this one (or, where one host
+// holds it, a receiver of it on that host), is cut into up to `rounds` jobs as rail_jobs does, and
+// each such transfer into the receivers on other hosts, which that device may stage
+// (Transfer::stages), and the receivers on the holders' hosts. A holder that sends over its NIC
+// and to devices of its own host plays those sends one after the other (a device sends one op at
+// a time), so the NIC idles while it serves its host: handed over the device link round by round,
+// in a tenth of the NIC's time or so, the slice leaves by the stage while the holder serves its
+// host.
+std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                             int64_t min_round_bytes);
+
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {
   // Another host's devices start at the one with the smallest key (the balance mode's choice).

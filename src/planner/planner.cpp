@@ -227,10 +227,31 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       try_candidate(jobs, options, detail::Shape::relayed);
       try_candidate(jobs, options, detail::Shape::relayed_down);
     }
+    // Lockstep rounds with each holder host's jobs of a round in the order that spreads them
+    // over the receiving hosts, first fit, then rotated (balance_rounds): neither order wins
+    // everywhere.
+    const auto try_rounds = [&](const std::vector<detail::Job>& round_jobs) {
+      for (bool rotated : {false, true})
+        if (!near()) try_ops(detail::balance_rounds(batch, round_jobs, options, rotated));
+    };
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
+    // Slices that leave their holders' hosts handed over to stages, round by round, so that a
+    // holder serving devices of its own host too does not keep its NIC idle meanwhile.
+    if (!near()) {
+      const auto staged =
+          detail::staged_jobs(batch, jobs, rail_rounds(batch, jobs),
+                              kRailRoundBuckets * default_bucket_bytes(batch.cluster));
+      if (stage_count(staged) > 0) {
+        try_candidate(staged, options, detail::Shape::chains);
+        try_rounds(staged);
+      }
+    }
     // Rails, and where several hosts hold a slice and only some have holders on a rail's NIC,
     // rails that the others also send through stages (when that adds any stage): the first keep
     // those NICs' holders from waiting for the others' hand-overs, the second spread the rail.
+    // Each is planned by the greedy and in lockstep rounds; with stages at holders too, since
+    // the greedy, which hands a rail over only when that ends it soonest, sends a holder's rails
+    // over its own NIC while another holder's NIC, which has less of its own, could take half.
     const auto rails_of = [&](bool stage_at_holders, bool per_receiver, bool beside) {
       return detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
@@ -242,13 +263,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (near()) break;
           const auto rails = rails_of(stage_at_holders, per_receiver, false);
           try_candidate(rails, options, detail::Shape::chains);
-          if (stage_at_holders) continue;
-          if (!near()) try_ops(detail::balance_rounds(batch, rails, options));
-          if (near()) continue;
+          try_rounds(rails);
+          if (near() || stage_at_holders) continue;
           const auto beside = rails_of(false, per_receiver, true);
           if (stage_count(beside) == stage_count(rails)) continue;
           try_candidate(beside, options, detail::Shape::chains);
-          if (!near()) try_ops(detail::balance_rounds(batch, beside, options));
+          try_rounds(beside);
         }
     const int64_t bucket_bytes = options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster));
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
