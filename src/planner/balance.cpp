@@ -22,8 +22,9 @@ std::vector<Op> split_ops(const Transfer& transfer, const Job& job,
   std::vector<Op> ops;
   const int parts = static_cast<int>(senders.size());
   for (int i = 0; i < parts; ++i)
-    ops.push_back(transfer_op(transfer, allgather_part(transfer.slice, parts, i), job, senders[i],
-                              batch, chunk_bytes));
+    ops.push_back(transfer_op(transfer.receivers, transfer.host_turn,
+                              allgather_part(transfer.slice, parts, i), job, senders[i], batch,
+                              chunk_bytes));
   return ops;
 }
 
@@ -390,10 +391,9 @@ class OrderPlanner {
         entry_key, [&](int host) { return duties_.of(host); },
         spread ? std::function<double(DeviceId)>(sending_ends) : std::function<double(DeviceId)>{}};
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
-      Transfer part = t;
-      part.receivers = std::move(receivers);
-      work += 2 + static_cast<int64_t>(part.receivers.size());
-      return transfer_op(part, slice, job, sender, batch_, options_.chunk_bytes, keys);
+      work += 2 + static_cast<int64_t>(receivers.size());
+      return transfer_op(std::move(receivers), t.host_turn, slice, job, sender, batch_,
+                         options_.chunk_bytes, keys);
     };
     // Ties (holders on one host, whose NIC the timeline holds whole for each op) go to the holder
     // whose sending ends soonest: the simulator, like the rule, runs sends of different devices
@@ -714,13 +714,11 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
         loads.add(t, sender, t.bytes);
         const auto stage = t.stage_on(cluster.host_of(sender), cluster);
         nic_out[{cluster.host_of(sender), cluster.nic_of(stage.value_or(sender))}] += t.bytes;
-        if (stage) {
-          Transfer handover = t;
-          handover.receivers = {*stage};
-          ops.push_back(transfer_op(handover, t.slice, job, sender, batch, options.chunk_bytes));
-        }
-        sends.push_back(
-            transfer_op(t, t.slice, job, stage.value_or(sender), batch, options.chunk_bytes));
+        if (stage)
+          ops.push_back(
+              transfer_op({*stage}, t.host_turn, t.slice, job, sender, batch, options.chunk_bytes));
+        sends.push_back(transfer_op(t.receivers, t.host_turn, t.slice, job, stage.value_or(sender),
+                                    batch, options.chunk_bytes));
       }
     // The round's hand-overs before its sends: a holder that sends a rail over its own NIC too
     // would otherwise keep its stages waiting for that send (a device sends one op at a time).
@@ -734,7 +732,8 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
   for (const auto& [job, t] : local) {
     const DeviceId sender = least_loaded_on(*t, cluster.host_of(t->receivers[0]));
     loads.add(*t, sender, t->bytes);
-    ops.push_back(transfer_op(*t, t->slice, *job, sender, batch, options.chunk_bytes));
+    ops.push_back(transfer_op(t->receivers, t->host_turn, t->slice, *job, sender, batch,
+                              options.chunk_bytes));
   }
   return ops;
 }

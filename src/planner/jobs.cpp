@@ -601,12 +601,12 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
   return jobs;
 }
 
-Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
-               const Batch& batch, int64_t chunk_bytes, const ChainKeys& keys) {
+Op transfer_op(std::vector<DeviceId> receivers, int host_turn, const Box& slice, const Job& job,
+               DeviceId sender, const Batch& batch, int64_t chunk_bytes, const ChainKeys& keys) {
   const Cluster& cluster = batch.cluster;
   const int element = element_size(batch, job.tensor);
   const int home = cluster.host_of(sender);
-  std::vector<DeviceId> chain = transfer.receivers;
+  std::vector<DeviceId> chain = std::move(receivers);
   // The sender's host first, then the other hosts in id order, each host's devices together.
   std::stable_sort(chain.begin(), chain.end(), [&](DeviceId a, DeviceId b) {
     const int ha = cluster.host_of(a);
@@ -617,14 +617,13 @@ Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, Devic
     const int host = cluster.host_of(*group);
     return std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });
   };
-  if (transfer.host_turn > 0) {
+  if (host_turn > 0) {
     auto others = chain.begin();
     while (others != chain.end() && cluster.host_of(*others) == home) ++others;
     std::vector<std::vector<DeviceId>::iterator> groups;
     for (auto group = others; group != chain.end(); group = group_end(group))
       groups.push_back(group);
-    if (groups.size() > 1)
-      std::rotate(others, groups[transfer.host_turn % groups.size()], chain.end());
+    if (groups.size() > 1) std::rotate(others, groups[host_turn % groups.size()], chain.end());
   }
   // Each other host is entered at its device of smallest key (the balance mode's choice), the
   // rest of its devices following in cyclic order: with several NICs per host, chains spread over

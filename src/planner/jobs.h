@@ -98,12 +98,15 @@ struct ChainKeys {
   std::function<double(DeviceId)> sending;
 };
 
-// The op that moves `slice` (the whole transfer or one part of it) from `sender`: a send for one
-// receiver, else a broadcast chained host by host (the sender's host first, each host's devices
-// consecutive) with `chunk_bytes` (0 = chosen from the cost model). Without `keys`, another host's
-// devices start at the lowest id, and the other host of highest id comes last.
-Op transfer_op(const Transfer& transfer, const Box& slice, const Job& job, DeviceId sender,
-               const Batch& batch, int64_t chunk_bytes, const ChainKeys& keys = {});
+// The op that moves `slice` (the whole of a transfer or one part of it) from `sender` to
+// `receivers` (the transfer's, or some of them): a send for one receiver, else a broadcast chained
+// host by host (the sender's host first, each host's devices consecutive, the other hosts turned
+// by the transfer's `host_turn`) with `chunk_bytes` (0 = chosen from the cost model). Without
+// `keys`, another host's devices start at the lowest id, and the other host of highest id comes
+// last.
+Op transfer_op(std::vector<DeviceId> receivers, int host_turn, const Box& slice, const Job& job,
+               DeviceId sender, const Batch& batch, int64_t chunk_bytes,
+               const ChainKeys& keys = {});
 
 // The pipelining chunk of broadcast `op`: `chunk_bytes` when > 0 (at most the message), else the
 // cost model's best for its chain, in whole elements of `element_size` bytes.
