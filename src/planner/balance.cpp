@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <numeric>
@@ -387,9 +388,11 @@ class OrderPlanner {
       return std::tuple(schedule.idle_from(model_.nic(r, /*in=*/true)), batch_.cluster.nic_of(r),
                         sending_ends(r));
     };
-    const ChainKeys keys{
-        entry_key, [&](int host) { return duties_.of(host); },
-        spread ? std::function<double(DeviceId)>(sending_ends) : std::function<double(DeviceId)>{}};
+    // The keys refer to the lambdas rather than copy them: a std::function allocates for a copy
+    // of a lambda this large, for every transfer placed.
+    const ChainKeys keys{std::cref(entry_key), [this](int host) { return duties_.of(host); },
+                         spread ? std::function<double(DeviceId)>(std::cref(sending_ends))
+                                : std::function<double(DeviceId)>{}};
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
       work += 2 + static_cast<int64_t>(receivers.size());
       return transfer_op(std::move(receivers), t.host_turn, slice, job, sender, batch_,
@@ -424,6 +427,7 @@ class OrderPlanner {
         // while the holder's send port is free again after a tenth of the time or so.
         if (const auto stage = t.stage_on(home_host, cluster))
           consider(ops_of(op_to({*stage}, sender), op_to(t.receivers, *stage)), {-1, 0});
+        if (t.receivers.size() < 2) continue;  // (one receiver is on the home host or away)
         std::vector<DeviceId> home, away;
         for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
         if (!home.empty() && !away.empty())
