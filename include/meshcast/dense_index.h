@@ -38,7 +38,7 @@ class DenseIndex {
 
   int size() const { return static_cast<int>(ids_.size()); }
   bool contains(int64_t id) const {
-    if (contiguous_) return !ids_.empty() && id >= ids_.front() && id <= ids_.back();
+    if (contiguous_) return id >= ids_.front() && id <= ids_.back();  // (never empty)
     return std::binary_search(ids_.begin(), ids_.end(), id);
   }
   // The index of `id`, which must be one of the ids given.

@@ -45,6 +45,13 @@ Box full_box(const std::vector<int64_t>& shape) {
   return box;
 }
 
+int longest_dimension(const Box& box) {
+  int longest = 0;
+  for (int d = 1; d < box.rank(); ++d)
+    if (box.dims[d].size() > box.dims[longest].size()) longest = d;
+  return longest;
+}
+
 Box intersect(const Box& a, const Box& b) {
   if (a.rank() != b.rank())
     throw InvalidArgument(

@@ -79,9 +79,7 @@ Op make_op(OpKind kind, std::vector<Piece> pieces, std::optional<DeviceId> sende
 }
 
 Box allgather_part(const Box& slice, int parts, int index) {
-  int longest = 0;
-  for (int d = 1; d < slice.rank(); ++d)
-    if (slice.dims[d].size() > slice.dims[longest].size()) longest = d;
+  const int longest = longest_dimension(slice);
   Box part = slice;
   const Interval local = chunk_part(slice.dims[longest].size(), parts, index);
   part.dims[longest] = {slice.dims[longest].lo + local.lo, slice.dims[longest].lo + local.hi};

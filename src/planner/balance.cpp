@@ -556,9 +556,10 @@ std::set<int> receiving_hosts(const Job& job, const Cluster& cluster) {
 template <typename It>
 void spread_receivers(It first, It last, bool rotated, const Cluster& cluster) {
   using JobPtr = typename std::iterator_traits<It>::value_type;
-  std::map<int, int> rank_of;             // holder host -> rank, in order of first appearance
-  std::vector<std::vector<It>> at;        // per rank: the positions of its jobs
-  std::vector<std::vector<JobPtr>> left;  // per rank: its jobs not placed yet
+  std::map<int, int> rank_of;       // holder host -> rank, in order of first appearance
+  std::vector<std::vector<It>> at;  // per rank: the positions of its jobs
+  // Per rank: its jobs not placed yet, each with its receiving hosts.
+  std::vector<std::vector<std::pair<JobPtr, std::set<int>>>> left;
   for (It it = first; it != last; ++it) {
     if ((*it)->transfers.empty()) continue;  // a gather only: it sends nothing over a NIC
     const int host = cluster.host_of((*it)->transfers[0].candidates[0]);
@@ -568,7 +569,7 @@ void spread_receivers(It first, It last, bool rotated, const Cluster& cluster) {
       left.emplace_back();
     }
     at[entry->second].push_back(it);
-    left[entry->second].push_back(*it);
+    left[entry->second].emplace_back(*it, receiving_hosts(**it, cluster));
   }
   if (at.size() < 2) return;
   if (rotated)
@@ -581,16 +582,15 @@ void spread_receivers(It first, It last, bool rotated, const Cluster& cluster) {
     more = false;
     std::set<int> taken;  // receiving hosts of this position's jobs so far
     for (size_t rank = 0; rank < at.size(); ++rank) {
-      std::vector<JobPtr>& jobs = left[rank];
+      auto& jobs = left[rank];
       if (jobs.empty()) continue;
-      auto pick = std::find_if(jobs.begin(), jobs.end(), [&](JobPtr job) {
-        const auto hosts = receiving_hosts(*job, cluster);
-        return std::none_of(hosts.begin(), hosts.end(), [&](int h) { return taken.contains(h); });
+      auto pick = std::find_if(jobs.begin(), jobs.end(), [&](const auto& job) {
+        return std::none_of(job.second.begin(), job.second.end(),
+                            [&](int h) { return taken.contains(h); });
       });
       if (pick == jobs.end()) pick = jobs.begin();
-      const auto hosts = receiving_hosts(**pick, cluster);
-      taken.insert(hosts.begin(), hosts.end());
-      *at[rank][placed[rank]++] = *pick;
+      taken.insert(pick->second.begin(), pick->second.end());
+      *at[rank][placed[rank]++] = pick->first;
       jobs.erase(pick);
       more |= !jobs.empty();
     }

@@ -162,19 +162,29 @@ Op chain_of(const std::vector<Piece>& pieces, DeviceId sender, std::vector<Devic
   return op;
 }
 
-// Whether `op` is a broadcast that host_chains cuts, its forwarders aside: its chain passes
-// several devices of some other host, at least two other hosts, and its latencies outweigh its
-// bytes on one NIC. `runs` are host_runs(op).
-bool worth_cutting(const Op& op, const std::vector<std::vector<DeviceId>>& runs, const Cluster& c) {
-  if (op.kind != OpKind::broadcast) return false;
+// How a broadcast that host_chains cuts crosses hosts: the other hosts it enters, and its bytes'
+// time on one NIC of its sender's host.
+struct Crossing {
+  std::ptrdiff_t others = 0;
+  double on_a_nic = 0;
+};
+
+// Its crossing, where `op` is a broadcast that host_chains cuts (its forwarders aside): its chain
+// passes several devices of some other host, at least two other hosts, and its latencies outweigh
+// its bytes on one NIC. `runs` are host_runs(op).
+std::optional<Crossing> cut_crossing(const Op& op, const std::vector<std::vector<DeviceId>>& runs,
+                                     const Cluster& c) {
+  if (op.kind != OpKind::broadcast) return std::nullopt;
   const int home = c.host_of(*op.sender);
-  const auto others = std::count_if(runs.begin(), runs.end(),
-                                    [&](const auto& run) { return c.host_of(run[0]) != home; });
+  const Crossing x{std::count_if(runs.begin(), runs.end(),
+                                 [&](const auto& run) { return c.host_of(run[0]) != home; }),
+                   static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home)};
   const bool shared = std::any_of(runs.begin(), runs.end(), [&](const auto& run) {
     return c.host_of(run[0]) != home && run.size() > 1;
   });
-  const double on_a_nic = static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home);
-  return others >= 2 && shared && c.latency * static_cast<double>(op.receivers.size()) >= on_a_nic;
+  if (x.others < 2 || !shared || c.latency * static_cast<double>(op.receivers.size()) < x.on_a_nic)
+    return std::nullopt;
+  return x;
 }
 
 }  // namespace
@@ -185,7 +195,7 @@ std::optional<std::vector<Op>> host_chains(const Batch& batch, const std::vector
   // Most plans cut nothing (sends, chains of one device per host, large slices): they are not
   // copied.
   if (std::none_of(ops.begin(), ops.end(), [&](const Op& op) {
-        return op.kind == OpKind::broadcast && worth_cutting(op, host_runs(op, c), c);
+        return op.kind == OpKind::broadcast && cut_crossing(op, host_runs(op, c), c);
       }))
     return std::nullopt;
   // Devices that send what they received (relays of other shapes, stages): a broadcast that
@@ -205,24 +215,21 @@ std::optional<std::vector<Op>> host_chains(const Batch& batch, const std::vector
   for (const Op& op : ops) {
     std::vector<std::vector<DeviceId>> runs;
     if (op.kind == OpKind::broadcast) runs = host_runs(op, c);
-    if (!worth_cutting(op, runs, c) ||
-        std::any_of(op.receivers.begin(), op.receivers.end(),
-                    [&](DeviceId r) { return forwarders.contains(r); })) {
+    const std::optional<Crossing> crossing = cut_crossing(op, runs, c);
+    if (!crossing || std::any_of(op.receivers.begin(), op.receivers.end(),
+                                 [&](DeviceId r) { return forwarders.contains(r); })) {
       out.push_back(op);
       continue;
     }
     cut = true;
     const int home = c.host_of(*op.sender);
-    const auto others = std::count_if(runs.begin(), runs.end(),
-                                      [&](const auto& run) { return c.host_of(run[0]) != home; });
-    const double on_a_nic = static_cast<double>(op.bytes) / c.single_nic_bandwidth_of(home);
     std::vector<DeviceId> entries;
     for (auto& run : runs) {
       if (c.host_of(run[0]) == home) continue;
       const auto entry = std::min_element(
           run.begin(), run.end(), [&](DeviceId a, DeviceId b) { return entered[a] < entered[b]; });
       std::iter_swap(run.begin(), entry);
-      entered[run[0]] += c.latency * static_cast<double>(others) + on_a_nic;
+      entered[run[0]] += c.latency * static_cast<double>(crossing->others) + crossing->on_a_nic;
       entries.push_back(run[0]);
     }
     out.push_back(chain_of(op.pieces, *op.sender, std::move(entries), c, chunk_bytes));

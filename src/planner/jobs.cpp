@@ -247,14 +247,14 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
                   const std::vector<Box>& parts, const RailHost& host, std::vector<Op>& then) {
   const auto g = static_cast<int>(host.rails.size());
   if (host.rails == host.receivers) {
+    bool equal = true;
+    for (int i = 0; i < g; ++i) equal &= parts[i] == allgather_part(slice, g, i);
     std::vector<Piece> pieces;
-    for (int i = 0; i < g && pieces.empty(); ++i)
-      if (parts[i] != allgather_part(slice, g, i))
-        for (int k = 0; k < g; ++k) {
-          pieces.push_back(make_piece(batch, job.tensor, job.task, parts[k]));
-          pieces.back().holder = k;
-        }
-    if (pieces.empty()) pieces.push_back(make_piece(batch, job.tensor, job.task, slice));
+    if (equal) pieces.push_back(make_piece(batch, job.tensor, job.task, slice));
+    for (int k = 0; k < g && !equal; ++k) {
+      pieces.push_back(make_piece(batch, job.tensor, job.task, parts[k]));
+      pieces.back().holder = k;
+    }
     then.push_back(make_op(OpKind::allgather, std::move(pieces), std::nullopt, host.receivers));
     return;
   }
@@ -283,8 +283,8 @@ std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_r
                             const std::map<int, std::set<DeviceId>>& sources,
                             const Cluster& cluster) {
   const auto g = static_cast<int>(by_rail.size());
-  std::vector<Box> parts;
-  for (int i = 0; i < g; ++i) parts.push_back(allgather_part(slice, g, i));
+  std::vector<Box> equal;
+  for (int i = 0; i < g; ++i) equal.push_back(allgather_part(slice, g, i));
   const DeviceId holder = by_rail[0]->candidates[0];
   int direct = -1;  // the rail the holder sends itself
   for (int i = 0; i < g; ++i) {
@@ -292,21 +292,20 @@ std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_r
     if (rail.candidates != std::vector<DeviceId>{holder} || rail.stage_receives ||
         rail.receivers.size() > 1 ||
         sources.at(cluster.host_of(rail.receivers[0])) != std::set<DeviceId>{holder})
-      return parts;
+      return equal;
     if (rail.stages.empty()) {
-      if (direct >= 0) return parts;
+      if (direct >= 0) return equal;
       direct = i;
     }
   }
-  if (direct < 0) return parts;
+  if (direct < 0) return equal;
   const double own = 1 - (g - 1) * cluster.single_nic_bandwidth_of(cluster.host_of(holder)) /
                              cluster.device_bandwidth_of(holder);
-  if (own <= 0) return parts;
-  int longest = 0;
-  for (int d = 1; d < slice.rank(); ++d)
-    if (slice.dims[d].size() > slice.dims[longest].size()) longest = d;
+  if (own <= 0) return equal;
+  const int longest = longest_dimension(slice);
   const Interval whole = slice.dims[longest];
   const double total = g - 1 + own;
+  std::vector<Box> parts = equal;
   double before = 0;  // weight of the parts before part i
   for (int i = 0; i < g; ++i) {
     const double weight = i == direct ? own : 1;
@@ -316,8 +315,7 @@ std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_r
     parts[i].dims[longest] = {at(before), at(before + weight)};
     before += weight;
   }
-  if (std::any_of(parts.begin(), parts.end(), [](const Box& b) { return b.empty(); }))
-    for (int i = 0; i < g; ++i) parts[i] = allgather_part(slice, g, i);
+  if (std::any_of(parts.begin(), parts.end(), [](const Box& b) { return b.empty(); })) return equal;
   return parts;
 }
 
@@ -446,20 +444,27 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
       out.push_back(job);
       continue;
     }
-    const int n = round_count(staged, largest, rounds, min_round_bytes);
-    const int element = element_size(batch, job.tensor);
-    for (int round = 0; round < n; ++round) {
-      Job part{.tensor = job.tensor, .task = job.task, .round = round};
-      for (Transfer t : staged.transfers) {
-        t.slice = allgather_part(t.slice, n, round);
-        t.bytes = t.slice.volume() * element;
-        part.transfers.push_back(std::move(t));
-      }
-      if (round == 0) part.then = job.then;
+    for (Job& part :
+         in_rounds(batch, staged, round_count(staged, largest, rounds, min_round_bytes)))
       out.push_back(std::move(part));
-    }
   }
   return out;
+}
+
+std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
+  const int element = element_size(batch, job.tensor);
+  std::vector<Job> parts;
+  for (int round = 0; round < n; ++round) {
+    Job part{.tensor = job.tensor, .task = job.task, .round = round};
+    for (Transfer t : job.transfers) {
+      t.slice = allgather_part(t.slice, n, round);
+      t.bytes = t.slice.volume() * element;
+      part.transfers.push_back(std::move(t));
+    }
+    if (round == 0) part.then = job.then;
+    parts.push_back(std::move(part));
+  }
+  return parts;
 }
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,

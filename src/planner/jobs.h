@@ -73,6 +73,11 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
                            int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
                            bool beside = false);
 
+// `job` cut into `n` jobs, one per round: each of its transfers' slices cut into `n` parts
+// (allgather_part: torch.chunk of the longest dimension), round i taking part i, and its
+// follow-ups after the first round's transfers.
+std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n);
+
 // `jobs` with the slices that leave their holders' hosts staged, in rounds: each job whose
 // follow-ups are only copies and that has a transfer into hosts that do not hold its slice, where a
 // holding host has a device that holds no slice and does not receive this one (or, where one host

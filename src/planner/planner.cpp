@@ -135,17 +135,7 @@ std::vector<detail::Job> halved(const Batch& batch, const std::vector<detail::Jo
       out.push_back(job);
       continue;
     }
-    const int element = dtype_size(batch.tensors[job.tensor].tensor.dtype);
-    for (int half = 0; half < 2; ++half) {
-      detail::Job part{job.tensor, job.task};
-      for (detail::Transfer t : job.transfers) {
-        t.slice = allgather_part(t.slice, 2, half);
-        t.bytes = t.slice.volume() * element;
-        part.transfers.push_back(std::move(t));
-      }
-      if (half == 0) part.then = job.then;
-      out.push_back(std::move(part));
-    }
+    for (detail::Job& half : detail::in_rounds(batch, job, 2)) out.push_back(std::move(half));
   }
   return out;
 }
@@ -197,6 +187,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   // (gathered by an allgather) or one per NIC. The greedy's timeline keeps a device's receipts
   // apart, so it holds a host's next relays until its gathers end: rails are also laid in
   // lockstep rounds (balance_rounds), whose chains turn their hosts round by round.
+  const int64_t bucket_bytes = options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster));
   std::optional<double> time;  // the simulated time of the plan returned, where it is known
   if (plan.balance == Balance::order && !many_jobs && any_beyond_a_latency(batch, jobs)) {
     const auto fused_time = [&](const std::vector<Op>& ops) {
@@ -270,12 +261,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           try_candidate(beside, options, detail::Shape::chains);
           try_rounds(beside);
         }
-    const int64_t bucket_bytes = options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster));
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
-  plan.ops = detail::bucket_ops(batch, std::move(plan.ops),
-                                options.bucket_bytes.value_or(default_bucket_bytes(batch.cluster)),
-                                options.chunk_bytes);
+  plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);
   // Where no candidate is planned (too many jobs), chains whose latencies outweigh their bytes
   // are still cut into a chain through one device per host and chains inside each host (rails
   // would be planned again: detail::host_chains only rewrites ops), when the simulator finds that

@@ -40,6 +40,8 @@ struct Box {
 
 // The whole tensor of this shape.
 Box full_box(const std::vector<int64_t>& shape);
+// The dimension along which `box` is longest (the first on ties): where slices are cut in parts.
+int longest_dimension(const Box& box);
 // Empty result (volume 0) when the boxes do not overlap; ranks must match.
 Box intersect(const Box& a, const Box& b);
 // "[0,512)x[0,1024)"
