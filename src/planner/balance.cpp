@@ -285,9 +285,14 @@ class OrderPlanner {
     std::vector<Op> ops;
     // Per op: the op (an index into ops) whose receipt it forwards, or -1; empty: all -1.
     std::vector<int> after;
-    std::vector<CostModel::Cost> costs;
-    std::vector<Slot> slots;  // where each goes, after the ones before it
-    double finish = 0;        // when the last of them ends
+    // Per op: its cost, and where it goes, after the ones before it (one vector for both: a
+    // candidate is built for every holder probed, and each vector is an allocation).
+    struct Placing {
+      CostModel::Cost cost;
+      Slot slot;
+    };
+    std::vector<Placing> placings;
+    double finish = 0;  // when the last of them ends
   };
 
   // Where `ops` would go, one after the other, in `schedule` as it is (which is left so: all but
@@ -297,14 +302,15 @@ class OrderPlanner {
     c.ops = std::move(ops);
     c.after = std::move(after);
     for (size_t i = 0; i < c.ops.size(); ++i) {
-      c.costs.push_back(model_.cost_of(c.ops[i]));
+      Candidate::Placing& p = c.placings.emplace_back();
+      p.cost = model_.cost_of(c.ops[i]);
       const bool last = i + 1 == c.ops.size();
       const double release = release_of(c, i);
-      c.slots.push_back(last ? schedule.probe(c.costs[i], release)
-                             : schedule.insert(c.costs[i], release));
-      c.finish = std::max(c.finish, c.slots[i].finish);
+      p.slot = last ? schedule.probe(p.cost, release) : schedule.insert(p.cost, release);
+      c.finish = std::max(c.finish, p.slot.finish);
     }
-    for (size_t i = c.ops.size() - 1; i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
+    for (size_t i = c.ops.size() - 1; i-- > 0;)
+      schedule.remove(c.placings[i].cost, c.placings[i].slot);
     return c;
   }
 
@@ -319,23 +325,25 @@ class OrderPlanner {
 
   // When op `i` of `c` may start: once the receipt it forwards has ended.
   static double release_of(const Candidate& c, size_t i) {
-    return c.after.empty() || c.after[i] < 0 ? 0 : c.slots[c.after[i]].finish;
+    return c.after.empty() || c.after[i] < 0 ? 0 : c.placings[c.after[i]].slot.finish;
   }
 
   static void insert(Candidate& c, Schedule& schedule) {
     c.finish = 0;
     for (size_t i = 0; i < c.ops.size(); ++i) {
-      c.slots[i] = schedule.insert(c.costs[i], release_of(c, i));
-      c.finish = std::max(c.finish, c.slots[i].finish);
+      Candidate::Placing& p = c.placings[i];
+      p.slot = schedule.insert(p.cost, release_of(c, i));
+      c.finish = std::max(c.finish, p.slot.finish);
     }
   }
 
   static void remove(const Candidate& c, Schedule& schedule) {
-    for (size_t i = c.ops.size(); i-- > 0;) schedule.remove(c.costs[i], c.slots[i]);
+    for (size_t i = c.ops.size(); i-- > 0;) schedule.remove(c.placings[i].cost, c.placings[i].slot);
   }
 
   static void record(Candidate&& c, Placed& placed) {
-    for (size_t i = 0; i < c.ops.size(); ++i) record(c.slots[i], std::move(c.ops[i]), placed);
+    for (size_t i = 0; i < c.ops.size(); ++i)
+      record(c.placings[i].slot, std::move(c.ops[i]), placed);
   }
 
   // The ops from the holder (not on `used` hosts) that finish soonest, among the kProbed holders
@@ -350,7 +358,10 @@ class OrderPlanner {
                     const std::vector<int>& used, Schedule& schedule,
                     const std::vector<double>& own_left, int64_t& work) const {
     constexpr size_t kProbed = 8;
-    std::vector<std::pair<double, int>> ranked;  // (idle from, index into candidates)
+    // (idle from, index into candidates), kept from transfer to transfer (one per thread): a
+    // problem of a quarter of a million transfers would allocate it as many times.
+    thread_local std::vector<std::pair<double, int>> ranked;
+    ranked.clear();
     for (int i = 0; i < static_cast<int>(t.candidates.size()); ++i) {
       const DeviceId d = t.candidates[i];
       if (std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) != used.end()) continue;

@@ -75,15 +75,18 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
                       [&](DeviceId d) { return batch.cluster.host_of(d) != first_host; });
       std::vector<DeviceId> remote;
       std::map<int, std::vector<DeviceId>> local;  // by host
-      for (DeviceId r : others) {
-        const int h = batch.cluster.host_of(r);
-        const bool held = several_holders &&
-                          std::any_of(task.senders.begin(), task.senders.end(),
-                                      [&](DeviceId d) { return batch.cluster.host_of(d) == h; });
-        (held ? local[h] : remote).push_back(r);
+      if (several_holders) {
+        for (DeviceId r : others) {
+          const int h = batch.cluster.host_of(r);
+          const bool held = std::any_of(task.senders.begin(), task.senders.end(),
+                                        [&](DeviceId d) { return batch.cluster.host_of(d) == h; });
+          (held ? local[h] : remote).push_back(r);
+        }
+      } else {
+        remote = std::move(others);
       }
       if (!remote.empty())
-        job.transfers.push_back({task.slice, task.bytes, remote, task.senders, true});
+        job.transfers.push_back({task.slice, task.bytes, std::move(remote), task.senders, true});
       for (const auto& [host, receivers] : local) {
         std::vector<DeviceId> holders;
         for (DeviceId d : task.senders)
@@ -612,12 +615,14 @@ Op transfer_op(std::vector<DeviceId> receivers, int host_turn, const Box& slice,
   const int element = element_size(batch, job.tensor);
   const int home = cluster.host_of(sender);
   std::vector<DeviceId> chain = std::move(receivers);
-  // The sender's host first, then the other hosts in id order, each host's devices together.
-  std::stable_sort(chain.begin(), chain.end(), [&](DeviceId a, DeviceId b) {
-    const int ha = cluster.host_of(a);
-    const int hb = cluster.host_of(b);
-    return std::pair(ha != home, ha) < std::pair(hb != home, hb);
-  });
+  // The sender's host first, then the other hosts in id order, each host's devices together
+  // (std::stable_sort allocates a buffer even for one element).
+  if (chain.size() > 1)
+    std::stable_sort(chain.begin(), chain.end(), [&](DeviceId a, DeviceId b) {
+      const int ha = cluster.host_of(a);
+      const int hb = cluster.host_of(b);
+      return std::pair(ha != home, ha) < std::pair(hb != home, hb);
+    });
   const auto group_end = [&](std::vector<DeviceId>::iterator group) {
     const int host = cluster.host_of(*group);
     return std::find_if(group, chain.end(), [&](DeviceId d) { return cluster.host_of(d) != host; });

@@ -30,10 +30,12 @@ CostModel::CostModel(const Batch& batch, const std::vector<DeviceId>& devices)
       timer_(batch),
       devices_(std::vector<int64_t>(devices.begin(), devices.end())),
       // Of each device once: `devices` names a device for every transfer to or from it.
-      nic_directions_(nic_keys(batch.cluster, devices_.ids())) {}
-
-int CostModel::nic(DeviceId d, bool in) const {
-  return 2 * devices_.size() + nic_directions_.index_of(nic_key(batch_->cluster, d, in));
+      nic_directions_(nic_keys(batch.cluster, devices_.ids())) {
+  nic_direction_.reserve(2 * devices_.ids().size());
+  for (const int64_t id : devices_.ids())
+    for (bool in : {false, true})
+      nic_direction_.push_back(
+          nic_directions_.index_of(nic_key(batch.cluster, static_cast<DeviceId>(id), in)));
 }
 
 CostModel::Cost CostModel::cost_of(const Op& op) const {
@@ -44,6 +46,8 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
     cost.resources.push_back(port(d, false));
     cost.resources.push_back(port(d, true));
   };
+  // At most: per receiver its ports and the NICs of the hop into it, and the sender's port.
+  cost.resources.reserve(4 * op.receivers.size() + 2);
   if (op.kind == OpKind::send || op.kind == OpKind::broadcast) {
     cost.resources.push_back(port(*op.sender, false));
     DeviceId prev = *op.sender;

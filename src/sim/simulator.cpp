@@ -78,9 +78,14 @@ void check_shape(const Op& op) {
 // Builds the flow of one op (docs/simulator.md): a send is one hop; a broadcast a chain
 // sender -> r0 -> r1 ... moving at its slowest hop's rate after the pipeline fill; an allgather
 // a ring r0 -> r1 -> ... -> r0 of n-1 steps, each moving the largest part.
-OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const Batch& batch) {
+// Fills `m` (whose vectors keep their memory: a caller that models op after op reuses one).
+void model_op(const Op& op, const Network& net, const Cluster& cluster, const Batch& batch,
+              OpModel& m) {
   check_shape(op);
-  OpModel m;
+  m.usages.clear();
+  m.latency_s = 0;
+  m.work_bytes = 0;
+  m.max_rate = std::numeric_limits<double>::infinity();
   if (op.sender) check_device(op, *op.sender, cluster);
   for (DeviceId r : op.receivers) check_device(op, r, cluster);
 
@@ -173,6 +178,11 @@ OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const
     }
   }
   if (m.work_bytes <= 0) m.usages.clear();
+}
+
+OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const Batch& batch) {
+  OpModel m;
+  model_op(op, net, cluster, batch, m);
   return m;
 }
 
@@ -558,7 +568,8 @@ OpTimer::OpTimer(const Batch& batch)
 OpTimer::~OpTimer() = default;
 
 double OpTimer::time_of(const Op& op) const {
-  const OpModel m = model_op(op, *net_, batch_->cluster, *batch_);
+  thread_local OpModel m;  // its usages' memory kept from op to op
+  model_op(op, *net_, batch_->cluster, *batch_, m);
   double rate = m.max_rate;
   for (const Usage& u : m.usages) rate = std::min(rate, net_->capacity(u.link) / u.weight);
   return m.usages.empty() ? m.latency_s : m.latency_s + m.work_bytes / rate;
