@@ -138,6 +138,17 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   EXPECT_TRUE(std::any_of(staged.ops.begin(), staged.ops.end(),
                           [](const Op& op) { return op.sender == 2 && op.receivers[0] == 0; }));
   EXPECT_EQ(testing::play_and_count_errors(*executor, staged), 0);
+  // Device 0's own half goes to device 1 beside it during the rounds that bring device 2's half
+  // over both NICs of host 0 (PlannerTest.AHolderThatSendsNothingAwayServesItsHostDuringTheRounds).
+  Resharding halves = problem("S0", Mesh({2, 1}, {0, 2}), "S0", Mesh({1}, {1}), 2);
+  halves.tensor.shape = {8388608};
+  const Plan during = make_plan(halves);
+  const auto own_half = std::find_if(during.ops.begin(), during.ops.end(), [](const Op& op) {
+    return op.sender == 0 && op.bytes == 16777216;
+  });
+  ASSERT_NE(own_half, during.ops.end());
+  EXPECT_TRUE(std::any_of(own_half, during.ops.end(), [](const Op& op) { return op.sender == 2; }));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, during), 0);
 }
 
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in

@@ -677,6 +677,19 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
   // that a holder's hand-overs to its stages, each a fraction of a rail's time on the NIC, never
   // wait for them.
   std::vector<std::pair<const Job*, const Transfer*>> local;
+  // Devices that send over a NIC or hand over to a stage in some round: a transfer into a holding
+  // host whose sender is none of them goes with its round's gathers instead, as it delays nothing
+  // that leaves a host (a holder whose own half goes to a device beside it while the other half
+  // arrives from another host's holder would otherwise copy it only after the last round).
+  std::set<DeviceId> leaving;
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers) {
+      const auto hosts = hosts_of(t.candidates, cluster);
+      if (std::any_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
+            return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) == hosts.end();
+          }))
+        leaving.insert(t.candidates.begin(), t.candidates.end());
+    }
   for (auto first = order.begin(); first != order.end();) {
     const auto last = std::find_if(first, order.end(),
                                    [&](const Job* job) { return job->round != (*first)->round; });
@@ -704,7 +717,14 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
         if (std::all_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
               return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) != hosts.end();
             })) {
-          local.emplace_back(&job, &t);
+          const DeviceId sender = least_loaded_on(t, cluster.host_of(t.receivers[0]));
+          if (leaving.contains(sender)) {
+            local.emplace_back(&job, &t);
+          } else {
+            loads.add(t, sender, t.bytes);
+            next.push_back(transfer_op(t.receivers, t.host_turn, t.slice, job, sender, batch,
+                                       options.chunk_bytes));
+          }
           continue;
         }
         // Where a job has staged rails, each of its rails leaves by the holding host whose NIC
