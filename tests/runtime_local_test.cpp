@@ -149,6 +149,17 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   ASSERT_NE(own_half, during.ops.end());
   EXPECT_TRUE(std::any_of(own_half, during.ops.end(), [](const Op& op) { return op.sender == 2; }));
   EXPECT_EQ(testing::play_and_count_errors(*executor, during), 0);
+  // Device 1 serves devices 0 and 2 beside it most of each half, device 5 on host 1 the rest
+  // (PlannerTest.AHostServingItsOwnReceiversIsHelpedOverItsNicFromAfar).
+  Resharding helped = problem("R", Mesh({2}, {5, 1}), "S0", Mesh({2}, {0, 2}), 1);
+  helped.tensor.shape = {8388608};
+  helped.cluster.devices_per_host = 4;
+  const Plan from_afar = make_plan(helped);
+  EXPECT_TRUE(std::any_of(from_afar.ops.begin(), from_afar.ops.end(),
+                          [](const Op& op) { return op.sender == 5; }));
+  EXPECT_TRUE(std::any_of(from_afar.ops.begin(), from_afar.ops.end(),
+                          [](const Op& op) { return op.sender == 1; }));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, from_afar), 0);
 }
 
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in

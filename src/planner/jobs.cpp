@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "meshcast/layout/layout.h"
 #include "meshcast/plan/chain_window.h"
 #include "meshcast/sim/simulator.h"
 #include "timeline.h"
@@ -450,6 +451,100 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
     for (Job& part :
          in_rounds(batch, staged, round_count(staged, largest, rounds, min_round_bytes)))
       out.push_back(std::move(part));
+  }
+  return out;
+}
+
+std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
+  const Cluster& cluster = batch.cluster;
+  // Each tensor's source devices and tiles, on first use.
+  std::map<int, std::pair<std::vector<DeviceId>, std::vector<Box>>> sources;
+  const auto holders_of = [&](int tensor, const Box& slice) {
+    auto it = sources.find(tensor);
+    if (it == sources.end()) {
+      const TensorResharding& t = batch.tensors[tensor];
+      std::vector<DeviceId> devices;
+      for (int64_t i = 0; i < t.src.mesh.size(); ++i) devices.push_back(t.src.mesh.device_at(i));
+      it = sources.emplace(tensor, std::pair(devices, device_tiles(t.tensor, t.src))).first;
+    }
+    std::vector<DeviceId> holders;
+    const auto& [devices, tiles] = it->second;
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (tiles[i].contains(slice) && !holds(holders, devices[i])) holders.push_back(devices[i]);
+    return holders;
+  };
+  // A transfer into its holders' one host that holders on other hosts could help, with those.
+  struct Helped {
+    const Transfer* t;
+    int host;
+    std::vector<DeviceId> afar;
+  };
+  std::vector<Helped> helped;
+  for (const Job& job : jobs) {
+    if (!std::all_of(job.then.begin(), job.then.end(),
+                     [](const Op& op) { return op.kind == OpKind::copy; }))
+      continue;
+    for (const Transfer& t : job.transfers) {
+      const auto hosts = hosts_of(t.candidates, cluster);
+      if (hosts.size() != 1 || t.receivers.empty() ||
+          std::any_of(t.receivers.begin(), t.receivers.end(),
+                      [&](DeviceId r) { return cluster.host_of(r) != hosts[0]; }))
+        continue;
+      std::vector<DeviceId> afar = holders_of(job.tensor, t.slice);
+      std::erase_if(afar, [&](DeviceId d) { return cluster.host_of(d) == hosts[0]; });
+      if (!afar.empty()) helped.push_back({&t, hosts[0], std::move(afar)});
+    }
+  }
+  if (helped.empty()) return {};
+  // Each host's share from afar: what its NICs (or the helping hosts' together, if less) carry
+  // against what its holders' device links carry, so that both end together.
+  std::map<int, std::set<DeviceId>> local_holders;
+  std::map<int, std::set<int>> helping_hosts;
+  for (const Helped& h : helped) {
+    local_holders[h.host].insert(h.t->candidates.begin(), h.t->candidates.end());
+    for (DeviceId d : h.afar) helping_hosts[h.host].insert(cluster.host_of(d));
+  }
+  const auto share_afar = [&](int host) {
+    double afar = 0;
+    for (int g : helping_hosts[host]) afar += cluster.nic_bandwidth_of(g);
+    afar = std::min(afar, cluster.nic_bandwidth_of(host));
+    double near = 0;
+    for (DeviceId d : local_holders[host]) near += cluster.device_bandwidth_of(d);
+    return afar / (afar + near);
+  };
+  std::vector<Job> out;
+  auto next = helped.begin();
+  for (const Job& job : jobs) {
+    Job cut = job;
+    cut.transfers.clear();
+    for (const Transfer& t : job.transfers) {
+      if (next == helped.end() || next->t != &t) {
+        cut.transfers.push_back(t);
+        continue;
+      }
+      const Helped& h = *next++;
+      const int longest = longest_dimension(t.slice);
+      const Interval whole = t.slice.dims[longest];
+      const int64_t at =
+          whole.hi - std::llround(static_cast<double>(whole.size()) * share_afar(h.host));
+      if (at <= whole.lo || at >= whole.hi) {
+        cut.transfers.push_back(t);
+        continue;
+      }
+      const int element = element_size(batch, job.tensor);
+      Transfer near = t;
+      near.slice.dims[longest].hi = at;
+      near.bytes = near.slice.volume() * element;
+      near.splittable = false;
+      Transfer afar = t;
+      afar.slice.dims[longest].lo = at;
+      afar.bytes = afar.slice.volume() * element;
+      afar.candidates = h.afar;
+      afar.splittable = false;
+      cut.transfers.push_back(std::move(near));
+      cut.transfers.push_back(std::move(afar));
+    }
+    out.push_back(std::move(cut));
   }
   return out;
 }

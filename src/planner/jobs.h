@@ -73,6 +73,15 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
                            int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
                            bool beside = false);
 
+// `jobs` with each transfer into the one host of its holders (a host that holds the slice and
+// serves its own receivers over device links) that devices of other hosts also hold cut in two
+// along the slice's longest dimension: the part that host's holders send, and the part those
+// others send over the host's NICs, sized so that the host's holders' device links and its NICs
+// (or the helping hosts' NICs, where those carry less) end together. Empty where no transfer is
+// cut. A holder that alone serves several devices of its host sends all of it over one device
+// link, while the host's NICs could take a part from a holder elsewhere at the same time.
+std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs);
+
 // `job` cut into `n` jobs, one per round: each of its transfers' slices cut into `n` parts
 // (allgather_part: torch.chunk of the longest dimension), round i taking part i, and its
 // follow-ups after the first round's transfers.

@@ -261,6 +261,22 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           try_candidate(beside, options, detail::Shape::chains);
           try_rounds(beside);
         }
+    // Slices that a host's holders serve over device links, helped from afar over its NICs.
+    if (!near())
+      if (const auto helped = detail::helped_jobs(batch, jobs); !helped.empty()) {
+        try_candidate(helped, options, detail::Shape::chains);
+        try_rounds(helped);
+        // Where the hosts have several NICs, the parts from afar on rails too.
+        if (any_into_several_nics(batch, helped))
+          for (bool per_receiver : {true, false}) {
+            if (near()) break;
+            const auto rails = detail::rail_jobs(
+                batch, helped, rail_rounds(batch, helped),
+                kRailRoundBuckets * default_bucket_bytes(batch.cluster), false, per_receiver);
+            try_candidate(rails, options, detail::Shape::chains);
+            try_rounds(rails);
+          }
+      }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);
