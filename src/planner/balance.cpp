@@ -683,13 +683,9 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
   // arrives from another host's holder would otherwise copy it only after the last round).
   std::set<DeviceId> leaving;
   for (const Job& job : jobs)
-    for (const Transfer& t : job.transfers) {
-      const auto hosts = hosts_of(t.candidates, cluster);
-      if (std::any_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
-            return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) == hosts.end();
-          }))
+    for (const Transfer& t : job.transfers)
+      if (!t.within_holding_hosts(cluster))
         leaving.insert(t.candidates.begin(), t.candidates.end());
-    }
   for (auto first = order.begin(); first != order.end();) {
     const auto last = std::find_if(first, order.end(),
                                    [&](const Job* job) { return job->round != (*first)->round; });
@@ -713,10 +709,7 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
         const Job& job = **it;
         if (wave >= job.transfers.size()) continue;
         const Transfer& t = job.transfers[wave];
-        const auto hosts = hosts_of(t.candidates, cluster);
-        if (std::all_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
-              return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) != hosts.end();
-            })) {
+        if (t.within_holding_hosts(cluster)) {
           const DeviceId sender = least_loaded_on(t, cluster.host_of(t.receivers[0]));
           if (leaving.contains(sender)) {
             local.emplace_back(&job, &t);
@@ -733,6 +726,7 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
         // stage unevenly. Other jobs keep the runs.
         const bool staged = std::any_of(job.transfers.begin(), job.transfers.end(),
                                         [](const Transfer& r) { return !r.stages.empty(); });
+        const auto hosts = hosts_of(t.candidates, cluster);
         const auto run = wave * hosts.size() / job.transfers.size();
         DeviceId sender = -1;
         int64_t least = 0;

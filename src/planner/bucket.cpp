@@ -8,40 +8,10 @@
 #include <unordered_map>
 
 #include "jobs.h"
-#include "meshcast/dense_index.h"
-#include "meshcast/layout/layout.h"
+#include "source_tiles.h"
 
 namespace meshcast::detail {
 namespace {
-
-// The source tile of each device of each tensor's source mesh, computed on first use.
-class SourceTiles {
- public:
-  explicit SourceTiles(const Batch& batch) : batch_(batch), tiles_(batch.tensors.size()) {}
-
-  bool holds(DeviceId device, const Piece& piece) {
-    auto& tiles = tiles_[piece.tensor];
-    if (!tiles) {
-      const TensorResharding& t = batch_.tensors[piece.tensor];
-      std::vector<int64_t> devices;
-      for (int64_t i = 0; i < t.src.mesh.size(); ++i) devices.push_back(t.src.mesh.device_at(i));
-      tiles.emplace(Tiles{DenseIndex(devices), std::vector<Box>(devices.size())});
-      const auto boxes = device_tiles(t.tensor, t.src);
-      for (size_t i = 0; i < devices.size(); ++i)
-        tiles->boxes[tiles->devices.index_of(devices[i])] = boxes[i];
-    }
-    return tiles->devices.contains(device) &&
-           tiles->boxes[tiles->devices.index_of(device)].contains(piece.slice);
-  }
-
- private:
-  struct Tiles {
-    DenseIndex devices;
-    std::vector<Box> boxes;  // by index in `devices`
-  };
-  const Batch& batch_;
-  std::vector<std::optional<Tiles>> tiles_;
-};
 
 // Hashes of the keys buckets and streams are found by: the receivers of a chain, and what else
 // tells such chains apart.
@@ -84,8 +54,9 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
   if (bucket_bytes <= 0) return ops;
   SourceTiles sources(batch);
   const auto holds_all = [&](DeviceId sender, const Op& op) {
-    return std::all_of(op.pieces.begin(), op.pieces.end(),
-                       [&](const Piece& piece) { return sources.holds(sender, piece); });
+    return std::all_of(op.pieces.begin(), op.pieces.end(), [&](const Piece& piece) {
+      return sources.holds(sender, piece.tensor, piece.slice);
+    });
   };
   // The buckets that still take pieces, per kind, sender host and set of receivers (a bucket keeps
   // the sender and chain order of its first op): any of them whose sender holds a piece may carry
@@ -204,7 +175,7 @@ std::optional<std::vector<Op>> host_chains(const Batch& batch, const std::vector
   std::set<DeviceId> forwarders;
   for (const Op& op : ops)
     if (op.sender && std::any_of(op.pieces.begin(), op.pieces.end(), [&](const Piece& piece) {
-          return !sources.holds(*op.sender, piece);
+          return !sources.holds(*op.sender, piece.tensor, piece.slice);
         }))
       forwarders.insert(*op.sender);
   std::map<DeviceId, double> entered;  // time each device relays host chains, about

@@ -11,6 +11,7 @@
 #include "meshcast/layout/layout.h"
 #include "meshcast/plan/chain_window.h"
 #include "meshcast/sim/simulator.h"
+#include "source_tiles.h"
 #include "timeline.h"
 
 namespace meshcast::detail {
@@ -407,8 +408,7 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
       senders.insert(t.candidates.begin(), t.candidates.end());
   std::vector<Job> out;
   for (const Job& job : jobs) {
-    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
-                                         [](const Op& op) { return op.kind == OpKind::copy; });
+    const bool only_copies = job.only_copies_follow();
     Job staged = job;
     staged.transfers.clear();
     int64_t largest = 0;  // bytes of the job's largest staged transfer, 0 when it has none
@@ -457,22 +457,7 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
 
 std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
   const Cluster& cluster = batch.cluster;
-  // Each tensor's source devices and tiles, on first use.
-  std::map<int, std::pair<std::vector<DeviceId>, std::vector<Box>>> sources;
-  const auto holders_of = [&](int tensor, const Box& slice) {
-    auto it = sources.find(tensor);
-    if (it == sources.end()) {
-      const TensorResharding& t = batch.tensors[tensor];
-      std::vector<DeviceId> devices;
-      for (int64_t i = 0; i < t.src.mesh.size(); ++i) devices.push_back(t.src.mesh.device_at(i));
-      it = sources.emplace(tensor, std::pair(devices, device_tiles(t.tensor, t.src))).first;
-    }
-    std::vector<DeviceId> holders;
-    const auto& [devices, tiles] = it->second;
-    for (size_t i = 0; i < devices.size(); ++i)
-      if (tiles[i].contains(slice) && !holds(holders, devices[i])) holders.push_back(devices[i]);
-    return holders;
-  };
+  SourceTiles sources(batch);
   // A transfer into its holders' one host that holders on other hosts could help, with those.
   struct Helped {
     const Transfer* t;
@@ -481,16 +466,11 @@ std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
   };
   std::vector<Helped> helped;
   for (const Job& job : jobs) {
-    if (!std::all_of(job.then.begin(), job.then.end(),
-                     [](const Op& op) { return op.kind == OpKind::copy; }))
-      continue;
+    if (!job.only_copies_follow()) continue;
     for (const Transfer& t : job.transfers) {
       const auto hosts = hosts_of(t.candidates, cluster);
-      if (hosts.size() != 1 || t.receivers.empty() ||
-          std::any_of(t.receivers.begin(), t.receivers.end(),
-                      [&](DeviceId r) { return cluster.host_of(r) != hosts[0]; }))
-        continue;
-      std::vector<DeviceId> afar = holders_of(job.tensor, t.slice);
+      if (hosts.size() != 1 || t.receivers.empty() || !t.within_holding_hosts(cluster)) continue;
+      std::vector<DeviceId> afar = sources.holders(job.tensor, t.slice);
       std::erase_if(afar, [&](DeviceId d) { return cluster.host_of(d) == hosts[0]; });
       if (!afar.empty()) helped.push_back({&t, hosts[0], std::move(afar)});
     }
@@ -504,14 +484,15 @@ std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
     local_holders[h.host].insert(h.t->candidates.begin(), h.t->candidates.end());
     for (DeviceId d : h.afar) helping_hosts[h.host].insert(cluster.host_of(d));
   }
-  const auto share_afar = [&](int host) {
+  std::map<int, double> share_afar;
+  for (const auto& [host, holders] : local_holders) {
     double afar = 0;
     for (int g : helping_hosts[host]) afar += cluster.nic_bandwidth_of(g);
     afar = std::min(afar, cluster.nic_bandwidth_of(host));
     double near = 0;
-    for (DeviceId d : local_holders[host]) near += cluster.device_bandwidth_of(d);
-    return afar / (afar + near);
-  };
+    for (DeviceId d : holders) near += cluster.device_bandwidth_of(d);
+    share_afar[host] = afar / (afar + near);
+  }
   std::vector<Job> out;
   auto next = helped.begin();
   for (const Job& job : jobs) {
@@ -526,7 +507,7 @@ std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
       const int longest = longest_dimension(t.slice);
       const Interval whole = t.slice.dims[longest];
       const int64_t at =
-          whole.hi - std::llround(static_cast<double>(whole.size()) * share_afar(h.host));
+          whole.hi - std::llround(static_cast<double>(whole.size()) * share_afar.at(h.host));
       if (at <= whole.lo || at >= whole.hi) {
         cut.transfers.push_back(t);
         continue;
@@ -585,8 +566,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
   std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
   const auto first = [](int) { return 0; };
   for (const Job& job : jobs) {
-    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
-                                         [](const Op& op) { return op.kind == OpKind::copy; });
+    const bool only_copies = job.only_copies_follow();
     int64_t largest_rail = 0;  // bytes of the job's largest rail, 0 when it has none
     for (const Transfer& t : job.transfers) {
       const auto hosts = rail_hosts(t, cluster, per_receiver, first);
@@ -677,6 +657,18 @@ int64_t Job::bytes() const {
   int64_t total = 0;
   for (const auto& t : transfers) total += t.bytes;
   return total;
+}
+
+bool Job::only_copies_follow() const {
+  return std::all_of(then.begin(), then.end(),
+                     [](const Op& op) { return op.kind == OpKind::copy; });
+}
+
+bool Transfer::within_holding_hosts(const Cluster& cluster) const {
+  const auto hosts = hosts_of(candidates, cluster);
+  return std::all_of(receivers.begin(), receivers.end(), [&](DeviceId r) {
+    return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) != hosts.end();
+  });
 }
 
 std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& cluster) {

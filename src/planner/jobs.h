@@ -35,6 +35,8 @@ struct Transfer {
 
   // The stage on `host`, if it has one.
   std::optional<DeviceId> stage_on(int host, const Cluster& cluster) const;
+  // Whether every receiver is on a host that holds the slice (so it needs no NIC).
+  bool within_holding_hosts(const Cluster& cluster) const;
 };
 
 // The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
@@ -46,6 +48,8 @@ struct Job {
   std::vector<Op> then = {};
   int round = 0;  // of a job laid on rails (rail_jobs)
   int64_t bytes() const;
+  // Whether the follow-ups are only copies, so that the job's slices may be cut into parts.
+  bool only_copies_follow() const;
 };
 
 // The jobs of `strategy` for each task of each tensor, in tensor order, then task order. `tasks`

@@ -126,12 +126,10 @@ int rail_rounds(const Batch& batch, const std::vector<detail::Job>& jobs) {
 std::vector<detail::Job> halved(const Batch& batch, const std::vector<detail::Job>& jobs) {
   std::vector<detail::Job> out;
   for (const detail::Job& job : jobs) {
-    const bool only_copies = std::all_of(job.then.begin(), job.then.end(),
-                                         [](const Op& op) { return op.kind == OpKind::copy; });
     const bool divisible = std::all_of(
         job.transfers.begin(), job.transfers.end(),
         [](const detail::Transfer& t) { return allgather_part(t.slice, 2, 1).volume() > 0; });
-    if (!only_copies || !divisible || job.transfers.empty()) {
+    if (!job.only_copies_follow() || !divisible || job.transfers.empty()) {
       out.push_back(job);
       continue;
     }
@@ -243,8 +241,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // Each is planned by the greedy and in lockstep rounds; with stages at holders too, since
     // the greedy, which hands a rail over only when that ends it soonest, sends a holder's rails
     // over its own NIC while another holder's NIC, which has less of its own, could take half.
-    const auto rails_of = [&](bool stage_at_holders, bool per_receiver, bool beside) {
-      return detail::rail_jobs(batch, jobs, rail_rounds(batch, jobs),
+    const auto rails_of = [&](const std::vector<detail::Job>& of, bool stage_at_holders,
+                              bool per_receiver, bool beside) {
+      return detail::rail_jobs(batch, of, rail_rounds(batch, of),
                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
                                stage_at_holders, per_receiver, beside);
     };
@@ -252,11 +251,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       for (bool per_receiver : {true, false})
         for (bool stage_at_holders : {false, true}) {
           if (near()) break;
-          const auto rails = rails_of(stage_at_holders, per_receiver, false);
+          const auto rails = rails_of(jobs, stage_at_holders, per_receiver, false);
           try_candidate(rails, options, detail::Shape::chains);
           try_rounds(rails);
           if (near() || stage_at_holders) continue;
-          const auto beside = rails_of(false, per_receiver, true);
+          const auto beside = rails_of(jobs, false, per_receiver, true);
           if (stage_count(beside) == stage_count(rails)) continue;
           try_candidate(beside, options, detail::Shape::chains);
           try_rounds(beside);
@@ -270,9 +269,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         if (any_into_several_nics(batch, helped))
           for (bool per_receiver : {true, false}) {
             if (near()) break;
-            const auto rails = detail::rail_jobs(
-                batch, helped, rail_rounds(batch, helped),
-                kRailRoundBuckets * default_bucket_bytes(batch.cluster), false, per_receiver);
+            const auto rails = rails_of(helped, false, per_receiver, false);
             try_candidate(rails, options, detail::Shape::chains);
             try_rounds(rails);
           }
