@@ -160,6 +160,22 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   EXPECT_TRUE(std::any_of(from_afar.ops.begin(), from_afar.ops.end(),
                           [](const Op& op) { return op.sender == 1; }));
   EXPECT_EQ(testing::play_and_count_errors(*executor, from_afar), 0);
+  // Rails chained through three hosts, whose gathers a host plays in the round in which it relays
+  // nothing: before the next round's chains in plan order
+  // (PlannerTest.GathersWaitForARoundInWhichTheHostRelaysNothing).
+  Resharding chained =
+      problem("RR", Mesh({1}, {0}), "RR", Mesh({4, 2}, {0, 1, 4, 5, 8, 9, 12, 13}), 2);
+  chained.tensor = TensorSpec{{1048576, 8}, DType::int64};
+  chained.cluster.hosts = 4;
+  chained.cluster.devices_per_host = 4;
+  const Plan rounds = make_plan(chained);
+  const auto first_gather = std::find_if(rounds.ops.begin(), rounds.ops.end(),
+                                         [](const Op& op) { return op.kind == OpKind::allgather; });
+  const auto chains_from_2 = std::count_if(rounds.ops.begin(), first_gather, [](const Op& op) {
+    return op.kind == OpKind::broadcast && op.sender == 2;
+  });
+  EXPECT_EQ(chains_from_2, 1);
+  EXPECT_EQ(testing::play_and_count_errors(*executor, rounds), 0);
 }
 
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in

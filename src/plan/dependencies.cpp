@@ -74,19 +74,8 @@ class Tracker {
         it->second = k;
       }
     };
+    for_each_sending_device(op, send_from);
     const int n = static_cast<int>(op.receivers.size());
-    switch (op.kind) {
-      case OpKind::send:
-      case OpKind::broadcast:
-      case OpKind::copy:
-        if (op.sender) send_from(*op.sender);
-        // A relay (every receiver of a chain but the last) sends what it receives.
-        for (int i = 0; i + 1 < n; ++i) send_from(op.receivers[i]);
-        break;
-      case OpKind::allgather:
-        for (DeviceId r : op.receivers) send_from(r);
-        break;
-    }
     // What the op's devices contribute, held before it starts.
     for (const Piece& piece : op.pieces) {
       if (op.kind == OpKind::allgather) {

@@ -1,5 +1,7 @@
 #include "balance.h"
 
+#include "meshcast/plan/dependencies.h"
+
 #include <algorithm>
 #include <bit>
 #include <functional>
@@ -654,7 +656,7 @@ std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
 }
 
 std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
-                               const PlanOptions& options, bool rotated) {
+                               const PlanOptions& options, bool rotated, bool deferred) {
   const Cluster& cluster = batch.cluster;
   Loads loads(jobs, cluster);
   std::vector<const Job*> order;
@@ -670,9 +672,10 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
     return sender;
   };
   std::map<std::pair<int, int>, int64_t> nic_out;  // bytes sent per (host, NIC)
-  std::vector<Op> ops;
-  std::vector<Op> sends;    // the round's transfers from their senders or stages
-  std::vector<Op> gathers;  // the follow-ups of the round before
+  std::vector<Op> ops;    // the round's hand-overs to stages, then its sends
+  std::vector<Op> sends;  // the round's transfers from their senders or stages
+  // Per round: its hand-overs and sends, and its follow-ups (gathers, copies).
+  std::vector<std::pair<std::vector<Op>, std::vector<Op>>> rounds;
   // Transfers into hosts that hold their slice, over device links only: after every round, so
   // that a holder's hand-overs to its stages, each a fraction of a rail's time on the NIC, never
   // wait for them.
@@ -753,11 +756,35 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
     // would otherwise keep its stages waiting for that send (a device sends one op at a time).
     ops.insert(ops.end(), sends.begin(), sends.end());
     sends.clear();
-    ops.insert(ops.end(), gathers.begin(), gathers.end());
-    gathers = std::move(next);
+    rounds.emplace_back(std::move(ops), std::move(next));
+    ops.clear();
     first = last;
   }
-  ops.insert(ops.end(), gathers.begin(), gathers.end());
+  std::vector<Op> waiting;  // follow-ups not placed yet
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    auto& [transfers, follow_ups] = rounds[r];
+    ops.insert(ops.end(), transfers.begin(), transfers.end());
+    if (!deferred) {
+      ops.insert(ops.end(), waiting.begin(), waiting.end());
+      waiting = std::move(follow_ups);
+      continue;
+    }
+    std::set<DeviceId> busy;  // the devices that send in the next round
+    if (r + 1 < rounds.size())
+      for (const Op& op : rounds[r + 1].first)
+        for_each_sending_device(op, [&](DeviceId d) { busy.insert(d); });
+    const auto sends_next = [&](const Op& op) {
+      bool any = false;
+      for_each_sending_device(op, [&](DeviceId d) { any |= busy.contains(d); });
+      return any;
+    };
+    waiting.insert(waiting.end(), std::make_move_iterator(follow_ups.begin()),
+                   std::make_move_iterator(follow_ups.end()));
+    std::vector<Op> still;
+    for (Op& op : waiting) (sends_next(op) ? still : ops).push_back(std::move(op));
+    waiting = std::move(still);
+  }
+  ops.insert(ops.end(), waiting.begin(), waiting.end());
   for (const auto& [job, t] : local) {
     const DeviceId sender = least_loaded_on(*t, cluster.host_of(t->receivers[0]));
     loads.add(*t, sender, t->bytes);

@@ -220,8 +220,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // over the receiving hosts, first fit, then rotated (balance_rounds): neither order wins
     // everywhere.
     const auto try_rounds = [&](const std::vector<detail::Job>& round_jobs) {
-      for (bool rotated : {false, true})
-        if (!near()) try_ops(detail::balance_rounds(batch, round_jobs, options, rotated));
+      for (bool deferred : {false, true})
+        for (bool rotated : {false, true})
+          if (!near())
+            try_ops(detail::balance_rounds(batch, round_jobs, options, rotated, deferred));
     };
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
     // Slices that leave their holders' hosts handed over to stages, round by round, so that a

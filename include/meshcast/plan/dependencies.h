@@ -9,6 +9,19 @@
 
 namespace meshcast {
 
+// Calls `f` with each device that sends in `op`: the sender of a send, broadcast or copy, every
+// relay of a broadcast (every receiver but the last), every member of an allgather.
+template <class F>
+void for_each_sending_device(const Op& op, F&& f) {
+  const auto n = op.receivers.size();
+  if (op.kind == OpKind::allgather) {
+    for (DeviceId r : op.receivers) f(r);
+    return;
+  }
+  if (op.sender) f(*op.sender);
+  for (size_t i = 0; i + 1 < n; ++i) f(op.receivers[i]);
+}
+
 // deps[k]: the earlier ops (sorted, distinct, all < k) that op k of `ops` waits for. A device
 // sends in one op at a time, in plan order, and receives passively (any number of ops may deliver
 // to it at once). Op k waits for (1) the previous op in plan order in which each device that sends
