@@ -176,6 +176,20 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   });
   EXPECT_EQ(chains_from_2, 1);
   EXPECT_EQ(testing::play_and_count_errors(*executor, rounds), 0);
+  // A single holder's rails chained through three hosts, its own rail cut smaller
+  // (PlannerTest.ASingleHolderCutsItsOwnRailSmallerThroughAChainOfHosts).
+  Resharding single = problem("R", Mesh({1}, {0}), "S1", Mesh({3, 1}, {2, 4, 6}), 2);
+  single.cluster.hosts = 4;
+  const Plan unequal = make_plan(single);
+  const auto chain_bytes = [&](DeviceId sender) {
+    const auto chain = std::find_if(unequal.ops.begin(), unequal.ops.end(), [&](const Op& op) {
+      return op.kind == OpKind::broadcast && op.sender == sender;
+    });
+    return chain == unequal.ops.end() ? 0 : chain->bytes;
+  };
+  EXPECT_GT(chain_bytes(0), 0);
+  EXPECT_LT(chain_bytes(0), chain_bytes(1));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, unequal), 0);
 }
 
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in

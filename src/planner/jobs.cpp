@@ -278,12 +278,11 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
 // rails (1.1x with two NICs and links ten times as fast). The own rail is cut smaller, by the
 // factor 1 - s * nic / dev, so that the port and the stages' NICs end together, at the rate the
 // lower bound's send(h) gives (docs/concepts.md#lower-bound). Cut along the longest dimension, as
-// allgather_part does. Only for rails into one host that takes in from this holder alone: unequal
-// rails load its NICs unequally, which costs where its NICs decide, as where it takes in from
-// other holders too; and through a chain of hosts, every relay forwards the larger rails at its
-// NIC's rate, and the planner's rounds turn the chains, so that the hosts' relaying decides
-// (measured on the random suite with two NICs: cut unequally, such cases were slower as often as
-// faster).
+// allgather_part does. Only for rails into hosts that take in from this holder alone: unequal
+// rails load their NICs unequally, which costs where their NICs decide, as where they take in
+// from other holders too. Through a chain of hosts every relay forwards the larger rail at its
+// NIC's rate too, which holds it as long as the holder's port; its host's gathers wait for a round
+// in which it relays nothing (balance_rounds, `deferred`).
 std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_rail,
                             const std::map<int, std::set<DeviceId>>& sources,
                             const Cluster& cluster) {
@@ -295,8 +294,9 @@ std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_r
   for (int i = 0; i < g; ++i) {
     const Transfer& rail = *by_rail[i];
     if (rail.candidates != std::vector<DeviceId>{holder} || rail.stage_receives ||
-        rail.receivers.size() > 1 ||
-        sources.at(cluster.host_of(rail.receivers[0])) != std::set<DeviceId>{holder})
+        std::any_of(rail.receivers.begin(), rail.receivers.end(), [&](DeviceId r) {
+          return sources.at(cluster.host_of(r)) != std::set<DeviceId>{holder};
+        }))
       return equal;
     if (rail.stages.empty()) {
       if (direct >= 0) return equal;
