@@ -190,6 +190,20 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   EXPECT_GT(chain_bytes(0), 0);
   EXPECT_LT(chain_bytes(0), chain_bytes(1));
   EXPECT_EQ(testing::play_and_count_errors(*executor, unequal), 0);
+  // With four NICs, device 1 beside the holder stages a rail and takes the other parts from it
+  // (PlannerTest.ASingleHolderCountsWhatItSendsBesideItWhenItCutsItsOwnRail).
+  Resharding beside = problem("S0", Mesh({1}, {0}), "R", Mesh({2}, {1, 6}), 4);
+  beside.cluster.devices_per_host = 4;
+  const Plan staged_beside = make_plan(beside);
+  const auto sent = [&](DeviceId from, DeviceId to) {
+    int64_t bytes = 0;
+    for (const Op& op : staged_beside.ops)
+      if (op.sender == from && op.receivers == std::vector<DeviceId>{to}) bytes += op.bytes;
+    return bytes;
+  };
+  EXPECT_GT(sent(0, 4), 0);
+  EXPECT_LT(sent(0, 4), sent(1, 5));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, staged_beside), 0);
 }
 
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in

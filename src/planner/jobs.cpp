@@ -270,22 +270,25 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
                                host.rails[i], {r}));
 }
 
-// The parts of `slice` that its rails carry (by_rail[i]: rail i, its holders and stages chosen).
-// Equal (allgather_part), except where one device alone holds the slice, sends one rail over its
-// own NIC and hands every other over to a stage: its send port (a device sends one op at a time)
-// then carries that rail at the NIC's rate and each other at the device link's, so with equal
-// parts the port, not the NICs, decides: 1 + s * nic / dev times a rail's NIC time for s staged
-// rails (1.1x with two NICs and links ten times as fast). The own rail is cut smaller, by the
-// factor 1 - s * nic / dev, so that the port and the stages' NICs end together, at the rate the
-// lower bound's send(h) gives (docs/concepts.md#lower-bound). Cut along the longest dimension, as
-// allgather_part does. Only for rails into hosts that take in from this holder alone: unequal
+// The parts of the slice of `whole` that its rails carry (by_rail[i]: rail i, its holders and
+// stages chosen). Equal (allgather_part), except where one device alone holds the slice, sends one
+// rail over its own NIC and hands every other over to a stage: its send port (a device sends one
+// op at a time) then carries that rail at the NIC's rate and each other at the device link's, so
+// with equal parts the port, not the NICs, decides: 1 + s * nic / dev times a rail's NIC time for
+// s staged rails (1.1x with two NICs and links ten times as fast), more where the port also
+// serves receivers beside it (1.5x with four NICs, a receiver staging a rail and its other parts
+// sent after the last round). The own rail is cut smaller (by 1 - s * nic / dev where the port
+// serves no receiver beside it), so that the port and the stages' NICs end together, at the rate
+// the lower bound's send(h) gives (docs/concepts.md#lower-bound). Cut along the longest dimension,
+// as allgather_part does. Only for rails into hosts that take in from this holder alone: unequal
 // rails load their NICs unequally, which costs where their NICs decide, as where they take in
 // from other holders too. Through a chain of hosts every relay forwards the larger rail at its
 // NIC's rate too, which holds it as long as the holder's port; its host's gathers wait for a round
 // in which it relays nothing (balance_rounds, `deferred`).
-std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_rail,
+std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>& by_rail,
                             const std::map<int, std::set<DeviceId>>& sources,
                             const Cluster& cluster) {
+  const Box& slice = whole.slice;
   const auto g = static_cast<int>(by_rail.size());
   std::vector<Box> equal;
   for (int i = 0; i < g; ++i) equal.push_back(allgather_part(slice, g, i));
@@ -293,7 +296,7 @@ std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_r
   int direct = -1;  // the rail the holder sends itself
   for (int i = 0; i < g; ++i) {
     const Transfer& rail = *by_rail[i];
-    if (rail.candidates != std::vector<DeviceId>{holder} || rail.stage_receives ||
+    if (rail.candidates != std::vector<DeviceId>{holder} ||
         std::any_of(rail.receivers.begin(), rail.receivers.end(), [&](DeviceId r) {
           return sources.at(cluster.host_of(r)) != std::set<DeviceId>{holder};
         }))
@@ -304,18 +307,33 @@ std::vector<Box> rail_parts(const Box& slice, const std::vector<Transfer*>& by_r
     }
   }
   if (direct < 0) return equal;
-  const double own = 1 - (g - 1) * cluster.single_nic_bandwidth_of(cluster.host_of(holder)) /
-                             cluster.device_bandwidth_of(holder);
+  // The holder also serves its host's other receivers over its device link: `staged` of them
+  // (Transfer::stage_receives) keep the rail they stage and take the other parts, `beside` take the
+  // whole slice.
+  const int host = cluster.host_of(holder);
+  const auto staged = static_cast<int>(std::count_if(
+      by_rail.begin(), by_rail.end(), [](const Transfer* rail) { return rail->stage_receives; }));
+  const auto beside = static_cast<int>(std::count_if(
+                          whole.receivers.begin(), whole.receivers.end(),
+                          [&](DeviceId r) { return r != holder && cluster.host_of(r) == host; })) -
+                      staged;
+  // Weights: `own` for the holder's rail, 1 for each of the o = g - 1 others, w = own + o in all.
+  // Its port then sends own / nic + o / dev of rails and (beside * w + staged * (w - 1)) / dev to
+  // its host, which equals a stage's 1 / nic where, with r = nic / dev,
+  // own = (1 - r * (o * (1 + beside + staged) - staged)) / (1 + r * (beside + staged)).
+  const double r = cluster.single_nic_bandwidth_of(host) / cluster.device_bandwidth_of(holder);
+  const int o = g - 1;
+  const double own = (1 - r * (o * (1 + beside + staged) - staged)) / (1 + r * (beside + staged));
   if (own <= 0) return equal;
   const int longest = longest_dimension(slice);
-  const Interval whole = slice.dims[longest];
+  const Interval extent = slice.dims[longest];
   const double total = g - 1 + own;
   std::vector<Box> parts = equal;
   double before = 0;  // weight of the parts before part i
   for (int i = 0; i < g; ++i) {
     const double weight = i == direct ? own : 1;
     const auto at = [&](double w) {
-      return whole.lo + std::llround(static_cast<double>(whole.size()) * w / total);
+      return extent.lo + std::llround(static_cast<double>(extent.size()) * w / total);
     };
     parts[i].dims[longest] = {at(before), at(before + weight)};
     before += weight;
@@ -610,7 +628,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         }
         std::vector<Transfer*> by_rail(g);  // the rails just added, by rail index
         for (int j = 0; j < g; ++j) by_rail[(start + j) % g] = &part.transfers.end()[j - g];
-        const auto parts = rail_parts(whole.slice, by_rail, sources, cluster);
+        const auto parts = rail_parts(whole, by_rail, sources, cluster);
         for (int i = 0; i < g; ++i) {
           by_rail[i]->slice = parts[i];
           by_rail[i]->bytes = parts[i].volume() * element;
