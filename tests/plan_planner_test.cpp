@@ -429,6 +429,14 @@ TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
   auto two = problem_of({10}, Mesh({2}, {0, 1}), "R", Mesh({2}, {2, 3}), "R", 2, 2);
   two.cluster = p.cluster;
   EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 20 + two.cluster.latency);
+  // Device 0 alone holds 80 B: device 1 beside it needs the first 40 B, device 2 of host 1 the
+  // other 40 B. Device 1's 40 B take device 0's link too: a + (40 - a) / 4 + 40 / 4 <= T with
+  // 40 - a <= T gives T >= 50 / 1.75 = 200 / 7 s, where the NICs alone gave 40 / 1.75 (home(h) of
+  // docs/concepts.md#lower-bound).
+  auto beside = problem_of({20}, Mesh({1}, {0}), "R", Mesh({2}, {1, 2}), "S0", 2, 2);
+  beside.cluster = p.cluster;
+  EXPECT_DOUBLE_EQ(lower_bound(beside, decompose(beside)), 200.0 / 7 + beside.cluster.latency);
+  EXPECT_GE(simulate(make_plan(beside)).time_s, 200.0 / 7);
 }
 
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {

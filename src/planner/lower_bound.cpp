@@ -121,17 +121,25 @@ class HeldInside {
 // NIC (at most `n` = min(nic, dev) per second) or over its device link (at most dev), and the
 // holder sends one op at a time: in time T it sends `a` bytes over the NIC and `o - a` over the
 // link with a / n + (o - a) / dev <= T, and o - a <= T * rest (the host's other NICs), so
-// o <= T * (n * (1 - rest / dev) + rest), or T * dev where rest >= dev.
-double send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
+// o <= T * (n * (1 - rest / dev) + rest), or T * dev where rest >= dev. The `l` bytes that only
+// `holder` holds and only devices of its host need take its port too, at least l / dev: then
+// o <= T * send - n * l / dev (docs/concepts.md#lower-bound), so `local_weight` is n / dev (0
+// where the host's sending is not its holder's).
+struct SendBandwidth {
+  double bandwidth;
+  double local_weight = 0;
+};
+SendBandwidth send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
   const double nic = cluster.nic_bandwidth_of(host);
-  if (!holder) return nic;
+  if (!holder) return {nic};
   const int nics = cluster.nics_of(host);
   const int local = cluster.local_of(*holder);
-  if (local % nics + nics < cluster.devices_per_host) return nic;  // another device on its NIC
+  if (local % nics + nics < cluster.devices_per_host) return {nic};  // another device on its NIC
   const double dev = cluster.device_bandwidth_of(*holder);
   const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
   const double rest = nic - own;
-  return rest >= dev ? dev : own * (1 - rest / dev) + rest;
+  if (rest >= dev) return {dev, 1};
+  return {own * (1 - rest / dev) + rest, own / dev};
 }
 
 }  // namespace
@@ -155,9 +163,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
   std::vector<double> only(hosts.size(), 0);  // only(h)
   std::vector<double> dev_in(devices.size(), 0);
-  std::vector<double> dev_only(devices.size(), 0);  // dev_only(d)
-  std::vector<double> local(devices.size(), 0);     // local(d)
-  std::vector<std::pair<int, DeviceId>> by_host;    // a task's senders or receivers, by host
+  std::vector<double> dev_only(devices.size(), 0);   // dev_only(d)
+  std::vector<double> home_only(devices.size(), 0);  // home(d): what only d has, for its host
+  std::vector<double> local(devices.size(), 0);      // local(d)
+  std::vector<std::pair<int, DeviceId>> by_host;     // a task's senders or receivers, by host
   // The pooled term of the whole batch, and of each tensor's tasks alone: the bytes that must
   // leave some host of a set, over that set's bandwidth, bound any subset of the tasks, and one
   // tensor's can be the larger (a tensor held on one host, pooled with tensors held on many).
@@ -198,8 +207,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           dev_in[devices.index_of(d)] += b;
       // A sole holder sends every byte some other receiver needs at least once.
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
-                                               [&](DeviceId r) { return r != t.senders[0]; }))
+                                               [&](DeviceId r) { return r != t.senders[0]; })) {
         dev_only[devices.index_of(t.senders[0])] += b;
+        if (hr.size() == 1 && hr[0] == hs[0]) home_only[devices.index_of(t.senders[0])] += b;
+      }
       add_local(t, b, hosts, cluster, by_host,
                 [&](DeviceId d) -> double& { return local[devices.index_of(d)]; });
     }
@@ -215,14 +226,18 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       holder[h] = d;
     }
   std::vector<double> send(hosts.size());
-  for (int h = 0; h < hosts.size(); ++h)
-    send[h] = send_bandwidth(cluster, static_cast<int>(hosts.id_at(h)),
-                             several[h] ? std::nullopt : holder[h]);
+  std::vector<double> home(hosts.size(), 0);  // n / dev * home(d) of the host's one holder d
+  for (int h = 0; h < hosts.size(); ++h) {
+    const auto [bandwidth, local_weight] = send_bandwidth(cluster, static_cast<int>(hosts.id_at(h)),
+                                                          several[h] ? std::nullopt : holder[h]);
+    send[h] = bandwidth;
+    if (local_weight > 0) home[h] = local_weight * home_only[devices.index_of(*holder[h])];
+  }
   for (const Pooled& p : tensor_bounds) bound = std::max(bound, p.bound(send));
   bound = std::max({bound, batch_pooled.bound(send), held.bound(send)});
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
-    bound = std::max({bound, in[h] / nic, only[h] / send[h]});
+    bound = std::max({bound, in[h] / nic, (only[h] + home[h]) / send[h]});
   }
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
