@@ -195,15 +195,21 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   Resharding beside = problem("S0", Mesh({1}, {0}), "R", Mesh({2}, {1, 6}), 4);
   beside.cluster.devices_per_host = 4;
   const Plan staged_beside = make_plan(beside);
-  const auto sent = [&](DeviceId from, DeviceId to) {
+  const auto sent = [](const Plan& plan, DeviceId from, DeviceId to) {
     int64_t bytes = 0;
-    for (const Op& op : staged_beside.ops)
+    for (const Op& op : plan.ops)
       if (op.sender == from && op.receivers == std::vector<DeviceId>{to}) bytes += op.bytes;
     return bytes;
   };
-  EXPECT_GT(sent(0, 4), 0);
-  EXPECT_LT(sent(0, 4), sent(1, 5));
+  EXPECT_GT(sent(staged_beside, 0, 4), 0);
+  EXPECT_LT(sent(staged_beside, 0, 4), sent(staged_beside, 1, 5));
   EXPECT_EQ(testing::play_and_count_errors(*executor, staged_beside), 0);
+  // Device 1 beside the holder needs half the tensor, which leaves device 0 too
+  // (PlannerTest.ASingleHolderCountsTheSlicesOnlyItsHostNeedsWhenItCutsItsOwnRail).
+  const Plan home = make_plan(problem("R", Mesh({1}, {0}), "S0", Mesh({2}, {1, 2}), 2));
+  EXPECT_GT(sent(home, 0, 2), 0);
+  EXPECT_LT(sent(home, 0, 2), sent(home, 1, 3));
+  EXPECT_EQ(testing::play_and_count_errors(*executor, home), 0);
 }
 
 // Each device of an exchange sends to its peer while it receives from it: the two sends are in

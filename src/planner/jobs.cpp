@@ -287,7 +287,7 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
 // in which it relays nothing (balance_rounds, `deferred`).
 std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>& by_rail,
                             const std::map<int, std::set<DeviceId>>& sources,
-                            const Cluster& cluster) {
+                            const std::map<DeviceId, double>& home_share, const Cluster& cluster) {
   const Box& slice = whole.slice;
   const auto g = static_cast<int>(by_rail.size());
   std::vector<Box> equal;
@@ -323,7 +323,10 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
   // own = (1 - r * (o * (1 + beside + staged) - staged)) / (1 + r * (beside + staged)).
   const double r = cluster.single_nic_bandwidth_of(host) / cluster.device_bandwidth_of(holder);
   const int o = g - 1;
-  const double own = (1 - r * (o * (1 + beside + staged) - staged)) / (1 + r * (beside + staged));
+  const auto share = home_share.find(holder);
+  const double home = share != home_share.end() ? share->second : 0;
+  const double own =
+      (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home + staged));
   if (own <= 0) return equal;
   const int longest = longest_dimension(slice);
   const Interval extent = slice.dims[longest];
@@ -565,8 +568,8 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 }
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
-                           bool beside) {
+                           int64_t min_round_bytes, const RailOptions& options) {
+  const auto [stage_at_holders, per_receiver, beside, home] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -575,11 +578,22 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         senders.insert(t.candidates.begin(), t.candidates.end());
   // Per host: the devices holding what it takes in over its NICs (rail_parts).
   std::map<int, std::set<DeviceId>> sources;
+  // Per device that alone holds slices: the bytes of those that only devices of its host need,
+  // over the bytes of those that leave it (rail_parts).
+  std::map<DeviceId, std::pair<double, double>> home_and_away;
   for (const Job& job : jobs)
-    for (const Transfer& t : job.transfers)
+    for (const Transfer& t : job.transfers) {
       for (DeviceId r : t.receivers)
         if (!host_holds(t, cluster.host_of(r), cluster))
           sources[cluster.host_of(r)].insert(t.candidates.begin(), t.candidates.end());
+      if (t.candidates.size() == 1 && !t.receivers.empty()) {
+        auto& [home, away] = home_and_away[t.candidates[0]];
+        (t.within_holding_hosts(cluster) ? home : away) += static_cast<double>(t.bytes);
+      }
+    }
+  std::map<DeviceId, double> home_share;
+  for (const auto& [d, bytes] : home_and_away)
+    if (home && bytes.second > 0) home_share[d] = bytes.first / bytes.second;
   std::vector<Job> out;
   std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
   const auto first = [](int) { return 0; };
@@ -628,7 +642,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         }
         std::vector<Transfer*> by_rail(g);  // the rails just added, by rail index
         for (int j = 0; j < g; ++j) by_rail[(start + j) % g] = &part.transfers.end()[j - g];
-        const auto parts = rail_parts(whole, by_rail, sources, cluster);
+        const auto parts = rail_parts(whole, by_rail, sources, home_share, cluster);
         for (int i = 0; i < g; ++i) {
           by_rail[i]->slice = parts[i];
           by_rail[i]->bytes = parts[i].volume() * element;

@@ -73,9 +73,17 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // `stage_at_holders` anywhere; where one host holds the slice and only receivers are on that NIC,
 // at the first of them (Transfer::stage_receives). Where several hosts hold it and some holders
 // are on the rail's NIC, only those send it, unless `beside`: then the other hosts may stage it.
+// Where one device holds a slice and sends a rail over its own NIC, that rail is cut smaller
+// (rail_parts in jobs.cpp), by what it also sends to devices beside it of that slice, and
+// `home`: of the slices it alone holds that only devices beside it need, in proportion.
+struct RailOptions {
+  bool stage_at_holders = false;
+  bool per_receiver = false;
+  bool beside = false;
+  bool home = false;
+};
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                           int64_t min_round_bytes, bool stage_at_holders, bool per_receiver,
-                           bool beside = false);
+                           int64_t min_round_bytes, const RailOptions& options);
 
 // `jobs` with each transfer into the one host of its holders (a host that holds the slice and
 // serves its own receivers over device links) that devices of other hosts also hold cut in two

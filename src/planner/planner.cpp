@@ -104,6 +104,18 @@ constexpr double kRailTail = 0.02;
 constexpr int kMostRailRounds = 32;
 constexpr int64_t kRailRoundBuckets = 4;
 
+// Whether `a` and `b` cut the same slices, transfer by transfer.
+bool same_slices(const std::vector<detail::Job>& a, const std::vector<detail::Job>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const detail::Job& x, const detail::Job& y) {
+                      return std::equal(x.transfers.begin(), x.transfers.end(), y.transfers.begin(),
+                                        y.transfers.end(),
+                                        [](const detail::Transfer& s, const detail::Transfer& t) {
+                                          return s.slice == t.slice;
+                                        });
+                    });
+}
+
 size_t stage_count(const std::vector<detail::Job>& jobs) {
   size_t count = 0;
   for (const detail::Job& job : jobs)
@@ -243,21 +255,31 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // Each is planned by the greedy and in lockstep rounds; with stages at holders too, since
     // the greedy, which hands a rail over only when that ends it soonest, sends a holder's rails
     // over its own NIC while another holder's NIC, which has less of its own, could take half.
-    const auto rails_of = [&](const std::vector<detail::Job>& of, bool stage_at_holders,
-                              bool per_receiver, bool beside) {
+    // And where a holder that sends a rail over its own NIC alone holds slices that only devices
+    // beside it need, with its own rails cut smaller by those too: its send port carries them
+    // (the lower bound's home(h)), but where the rails' relays decide, equal rails fare better.
+    const auto rails_of = [&](const std::vector<detail::Job>& of,
+                              const detail::RailOptions& rail_options) {
       return detail::rail_jobs(batch, of, rail_rounds(batch, of),
                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                               stage_at_holders, per_receiver, beside);
+                               rail_options);
     };
     if (any_into_several_nics(batch, jobs))
       for (bool per_receiver : {true, false})
         for (bool stage_at_holders : {false, true}) {
           if (near()) break;
-          const auto rails = rails_of(jobs, stage_at_holders, per_receiver, false);
+          const auto rails =
+              rails_of(jobs, {.stage_at_holders = stage_at_holders, .per_receiver = per_receiver});
           try_candidate(rails, options, detail::Shape::chains);
           try_rounds(rails);
           if (near() || stage_at_holders) continue;
-          const auto beside = rails_of(jobs, false, per_receiver, true);
+          const auto home = rails_of(jobs, {.per_receiver = per_receiver, .home = true});
+          if (!same_slices(home, rails)) {
+            try_candidate(home, options, detail::Shape::chains);
+            try_rounds(home);
+          }
+          if (near()) continue;
+          const auto beside = rails_of(jobs, {.per_receiver = per_receiver, .beside = true});
           if (stage_count(beside) == stage_count(rails)) continue;
           try_candidate(beside, options, detail::Shape::chains);
           try_rounds(beside);
@@ -271,7 +293,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         if (any_into_several_nics(batch, helped))
           for (bool per_receiver : {true, false}) {
             if (near()) break;
-            const auto rails = rails_of(helped, false, per_receiver, false);
+            const auto rails = rails_of(helped, {.per_receiver = per_receiver});
             try_candidate(rails, options, detail::Shape::chains);
             try_rounds(rails);
           }
