@@ -36,13 +36,13 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
 // by round (Transfer::host_turn) each host gathers one round while it is the last host of the next,
 // instead of holding the next round's relays until its gathers end, as a greedy that keeps each
 // device's receipts apart does. That holds for chains through two hosts; through more, a host
-// relays several rounds in a row, so `deferred` keeps a round's follow-ups back until the first
-// round before which none of their devices sends in the next (the round in which the host is
-// last): each gather delayed every later round's chain by its time. (It places them later
-// wherever their devices send in every round, which can cost where a device had time to spare
-// between its sends: the planner tries both.) Each holder host's jobs of a round are ordered so
-// that holders on different hosts send to different receiving hosts at once where they can (first
-// fit, or `rotated` first by the holder host's rank: spread_receivers in balance.cpp).
+// relays several rounds in a row, so `deferred` keeps a round's follow-ups back in plan order
+// until the first round after which none of their devices sends in the next one (the round in
+// which the host is last): each gather delayed every later round's chain by its time. (It places
+// them later wherever their devices send in every round, which can cost where a device had time to
+// spare between its sends: the planner tries both.) Each holder host's jobs of a round are ordered
+// so that holders on different hosts send to different receiving hosts at once where they can
+// (first fit, or `rotated` first by the holder host's rank: spread_receivers in balance.cpp).
 std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
                                const PlanOptions& options, bool rotated, bool deferred);
 

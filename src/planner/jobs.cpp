@@ -587,8 +587,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         if (!host_holds(t, cluster.host_of(r), cluster))
           sources[cluster.host_of(r)].insert(t.candidates.begin(), t.candidates.end());
       if (t.candidates.size() == 1 && !t.receivers.empty()) {
-        auto& [home, away] = home_and_away[t.candidates[0]];
-        (t.within_holding_hosts(cluster) ? home : away) += static_cast<double>(t.bytes);
+        auto& [stays, leaves] = home_and_away[t.candidates[0]];
+        (t.within_holding_hosts(cluster) ? stays : leaves) += static_cast<double>(t.bytes);
       }
     }
   std::map<DeviceId, double> home_share;

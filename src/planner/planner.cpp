@@ -230,7 +230,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     }
     // Lockstep rounds with each holder host's jobs of a round in the order that spreads them
     // over the receiving hosts, first fit, then rotated (balance_rounds): neither order wins
-    // everywhere.
+    // everywhere; each also with the rounds' gathers held back until their devices relay nothing
+    // (`deferred`), which wins through chains of three hosts or more.
     const auto try_rounds = [&](const std::vector<detail::Job>& round_jobs) {
       for (bool deferred : {false, true})
         for (bool rotated : {false, true})
