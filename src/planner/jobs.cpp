@@ -578,22 +578,22 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         senders.insert(t.candidates.begin(), t.candidates.end());
   // Per host: the devices holding what it takes in over its NICs (rail_parts).
   std::map<int, std::set<DeviceId>> sources;
-  // Per device that alone holds slices: the bytes of those that only devices of its host need,
-  // over the bytes of those that leave it (rail_parts).
+  // Per device that alone holds slices, where `home`: the bytes of those that only devices of its
+  // host need, over the bytes of those that leave it (rail_parts).
   std::map<DeviceId, std::pair<double, double>> home_and_away;
   for (const Job& job : jobs)
     for (const Transfer& t : job.transfers) {
       for (DeviceId r : t.receivers)
         if (!host_holds(t, cluster.host_of(r), cluster))
           sources[cluster.host_of(r)].insert(t.candidates.begin(), t.candidates.end());
-      if (t.candidates.size() == 1 && !t.receivers.empty()) {
+      if (home && t.candidates.size() == 1 && !t.receivers.empty()) {
         auto& [stays, leaves] = home_and_away[t.candidates[0]];
         (t.within_holding_hosts(cluster) ? stays : leaves) += static_cast<double>(t.bytes);
       }
     }
   std::map<DeviceId, double> home_share;
   for (const auto& [d, bytes] : home_and_away)
-    if (home && bytes.second > 0) home_share[d] = bytes.first / bytes.second;
+    if (bytes.second > 0) home_share[d] = bytes.first / bytes.second;
   std::vector<Job> out;
   std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
   const auto first = [](int) { return 0; };

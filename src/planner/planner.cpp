@@ -233,10 +233,18 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // everywhere; each also with the rounds' gathers held back until their devices relay nothing
     // (`deferred`), which wins through chains of three hosts or more.
     const auto try_rounds = [&](const std::vector<detail::Job>& round_jobs) {
-      for (bool deferred : {false, true})
-        for (bool rotated : {false, true})
-          if (!near())
-            try_ops(detail::balance_rounds(batch, round_jobs, options, rotated, deferred));
+      std::vector<std::vector<Op>> in_order;  // by `rotated`
+      for (bool rotated : {false, true}) {
+        if (near()) return;
+        in_order.push_back(detail::balance_rounds(batch, round_jobs, options, rotated, false));
+        try_ops(in_order.back());
+      }
+      for (bool rotated : {false, true}) {
+        if (near()) return;
+        // Where no gather is held back, it is the plan just timed.
+        auto held = detail::balance_rounds(batch, round_jobs, options, rotated, true);
+        if (held != in_order[rotated]) try_ops(std::move(held));
+      }
     };
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
     // Slices that leave their holders' hosts handed over to stages, round by round, so that a
