@@ -120,7 +120,9 @@ ShardingSpec parse_placements(std::string_view text, const SpecContext& context)
   }
   std::vector<ShardingSpec::DimAxes> dims(std::max(rank, 1));
   for (const auto& [dim, axis] : shards) dims[dim].push_back(axis);
-  return ShardingSpec(std::move(dims), std::vector<bool>(dims.size(), true));
+  // Sized before dims moves: the order in which arguments are evaluated is unspecified.
+  std::vector<bool> nested(dims.size(), true);
+  return ShardingSpec(std::move(dims), std::move(nested));
 }
 
 // JAX PartitionSpec entries over named mesh axes.
