@@ -152,7 +152,7 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   // Device 1 serves devices 0 and 2 beside it most of each half, device 5 on host 1 the rest
   // (PlannerTest.AHostServingItsOwnReceiversIsHelpedOverItsNicFromAfar).
   Resharding helped = problem("R", Mesh({2}, {5, 1}), "S0", Mesh({2}, {0, 2}), 1);
-  helped.tensor.shape = {8388608};
+  helped.tensor.shape = {1048576};
   helped.cluster.devices_per_host = 4;
   const Plan from_afar = make_plan(helped);
   EXPECT_TRUE(std::any_of(from_afar.ops.begin(), from_afar.ops.end(),
@@ -165,7 +165,7 @@ TEST(LocalExecutorTest, UnequalRailsAndStagedSlicesDeliverEveryElement) {
   // (PlannerTest.GathersWaitForARoundInWhichTheHostRelaysNothing).
   Resharding chained =
       problem("RR", Mesh({1}, {0}), "RR", Mesh({4, 2}, {0, 1, 4, 5, 8, 9, 12, 13}), 2);
-  chained.tensor = TensorSpec{{1048576, 8}, DType::int64};
+  chained.tensor = TensorSpec{{131072, 8}, DType::int64};
   chained.cluster.hosts = 4;
   chained.cluster.devices_per_host = 4;
   const Plan rounds = make_plan(chained);
