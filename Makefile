@@ -26,15 +26,21 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer, built without MPI
-# (no unit test needs it), so that they are also the unit tests of a machine without Open MPI.
-# -O1 keeps the sanitizers' reports exact and runs the property tests several times faster than
-# -O0.
+# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer, then every libFuzzer
+# harness of fuzz/ for SHORT_FUZZ_SECONDS: one clang build serves both (its libraries carry the
+# fuzzers' coverage instrumentation too), built without MPI (no unit test needs it), so that they
+# are also the unit tests of a machine without Open MPI. -O1 keeps the sanitizers' reports exact
+# and runs the property tests several times faster than -O0; -g1 (line tables) is all their stack
+# traces print. Only the unit tests' binaries and the harnesses are built: the command line's
+# tests run in the other builds.
+SHORT_FUZZ_SECONDS ?= 3
 test-asan: deps
-	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-	  -DMESHCAST_SANITIZE=ON -DMESHCAST_BUILD_BENCH=OFF -DMESHCAST_WITH_MPI=OFF
-	cmake --build $(BUILD)-asan -j $(JOBS)
+	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++-16 \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O1" -DMESHCAST_SANITIZE=ON -DMESHCAST_FUZZ=ON \
+	  -DMESHCAST_BUILD_BENCH=OFF -DMESHCAST_WITH_MPI=OFF
+	cmake --build $(BUILD)-asan -j $(JOBS) --target unit_tests fuzz_harnesses
 	cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS) -L unit
+	scripts/fuzz $(BUILD)-asan $(SHORT_FUZZ_SECONDS)
 
 # The command line built without the MPI backend (as on a machine without Open MPI): its tests,
 # the documents' examples, and `--backend mpi` refused with a clear message (the unit tests of
@@ -45,10 +51,14 @@ test-no-mpi: deps
 	cmake --build $(BUILD)-no-mpi -j $(JOBS) --target meshcast_cli readme_consumer
 	cd $(BUILD)-no-mpi && ctest --output-on-failure -j $(JOBS) -L cli
 
-# The local executor's tests and the watchdog's under ThreadSanitizer (gcc's): data races in the
-# worker pool, the executor's dependency tracking or the watchdog's thread fail the target.
+# The sanitizers' reports need file and line, not variables: line tables build faster than -g.
+LINE_TABLES := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+
+# The local executor's tests and the watchdog's under ThreadSanitizer (gcc's: clang's links its
+# own operator new, which the executor's allocation test replaces): data races in the worker pool,
+# the executor's dependency tracking or the watchdog's thread fail the target.
 test-tsan: deps
-	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHCAST_TSAN=ON \
+	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LINE_TABLES) -DMESHCAST_TSAN=ON \
 	  -DMESHCAST_BUILD_BENCH=OFF -DMESHCAST_WITH_MPI=OFF -DMESHCAST_WITH_PYTHON=OFF
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target runtime_local_test runtime_watchdog_test
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)-tsan/tests/runtime_local_test
@@ -57,7 +67,7 @@ test-tsan: deps
 # Every libFuzzer harness of fuzz/ for FUZZ_SECONDS each (clang, ASan, UBSan; docs/reliability.md).
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	cmake -S . -B $(BUILD)-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B $(BUILD)-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(LINE_TABLES) \
 	  -DCMAKE_CXX_COMPILER=clang++-16 -DMESHCAST_FUZZ=ON -DMESHCAST_BUILD_TESTS=OFF \
 	  -DMESHCAST_BUILD_BENCH=OFF -DMESHCAST_WITH_MPI=OFF
 	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_harnesses
