@@ -439,6 +439,26 @@ TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
   EXPECT_GE(simulate(make_plan(beside)).time_s, 200.0 / 7);
 }
 
+TEST(LowerBoundTest, ADeviceServingItsHostLeavesItsNicPartOfTheTime) {
+  // Two NICs per host (1 B/s each, device l on NIC l), 4 B/s device links. Device 0 alone holds
+  // the first 40 B, which device 1 beside it needs (10 s of device 0's port); device 1 alone holds
+  // the other 40 B, which device 2 of host 1 needs. Every byte leaving host 0 over NIC 0 leaves
+  // device 0, which sends one op at a time: NIC 0 carries at most T - 10 B in T s and NIC 1 T B,
+  // so 2T - 10 >= 40 and T >= 25 s, where the NICs alone gave 20 s (rails(h) of
+  // docs/concepts.md#lower-bound).
+  auto p = problem_of({20}, Mesh({2}, {0, 1}), "S0", Mesh({2}, {1, 2}), "S0", 2, 2);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 2;
+  EXPECT_NEAR(lower_bound(p, decompose(p)), 25 + p.cluster.latency, 1e-9);
+  EXPECT_LE(lower_bound(p, decompose(p)), 25 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 25.0);
+  // With one NIC both devices feed it: 40 B at 1 B/s, and device 0's 10 s fit beside them.
+  auto one = p;
+  one.cluster.nics_per_host = 1;
+  EXPECT_DOUBLE_EQ(lower_bound(one, decompose(one)), 40 + one.cluster.latency);
+}
+
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
   auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);

@@ -142,6 +142,40 @@ SendBandwidth send_bandwidth(const Cluster& cluster, int host, std::optional<Dev
   return {own * (1 - rest / dev) + rest, own / dev};
 }
 
+// The least time in which host `host` sends `bytes` of its own over its NICs (rails(h) of
+// docs/concepts.md#lower-bound) when its device of local index l must also spend `busy[l]`
+// seconds of its send port on bytes only it holds and only devices beside it need. A byte leaves
+// the host first from a device on the NIC it crosses, and a device sends one op at a time, at
+// most min(nic, dev) over its NIC: in time T, NIC n carries at most
+// min(nic T, Σ_{l on n} min(nic, dev) max(0, T - busy[l])). That is continuous and grows with T,
+// so bisection finds where it reaches `bytes`; the lower end is returned, which the true time
+// exceeds.
+double rail_send_time(const Cluster& cluster, int host, double bytes,
+                      const std::vector<double>& busy) {
+  const int nics = cluster.nics_of(host);
+  const double nic = cluster.single_nic_bandwidth_of(host);
+  const auto capacity = [&](double t) {
+    double total = 0;
+    for (int n = 0; n < std::min(nics, cluster.devices_per_host); ++n) {
+      double devices = 0;
+      for (int l = n; l < cluster.devices_per_host; l += nics) {
+        const double own = std::min(nic, cluster.device_bandwidth_of(cluster.device_id(host, l)));
+        devices += own * std::max(0.0, t - busy[l]);
+      }
+      total += std::min(nic * t, devices);
+    }
+    return total;
+  };
+  // At `lo` every NIC together carries at most bytes; at `hi` every device has had `lo` free.
+  double lo = bytes / cluster.nic_bandwidth_of(host);
+  double hi = lo + *std::max_element(busy.begin(), busy.end());
+  while (hi - lo > 1e-12 * hi) {
+    const double mid = (lo + hi) / 2;
+    (capacity(mid) < bytes ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 }  // namespace
 
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
@@ -239,6 +273,19 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max({bound, in[h] / nic, (only[h] + home[h]) / send[h]});
   }
+  // rails(h): where devices of a host must serve devices beside it, their NICs lose that time.
+  std::vector<std::vector<double>> busy(hosts.size());
+  for (int d = 0; d < devices.size(); ++d) {
+    if (home_only[d] <= 0) continue;
+    const auto id = static_cast<DeviceId>(devices.id_at(d));
+    std::vector<double>& of_host = busy[hosts.index_of(cluster.host_of(id))];
+    of_host.resize(cluster.devices_per_host, 0);
+    of_host[cluster.local_of(id)] = home_only[d] / cluster.device_bandwidth_of(id);
+  }
+  for (int h = 0; h < hosts.size(); ++h)
+    if (only[h] > 0 && !busy[h].empty())
+      bound = std::max(bound,
+                       rail_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
     const double dev = cluster.device_bandwidth_of(id);
