@@ -431,8 +431,8 @@ TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
   EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 20 + two.cluster.latency);
   // Device 0 alone holds 80 B: device 1 beside it needs the first 40 B, device 2 of host 1 the
   // other 40 B. Device 1's 40 B take device 0's link too: a + (40 - a) / 4 + 40 / 4 <= T with
-  // 40 - a <= T gives T >= 50 / 1.75 = 200 / 7 s, where the NICs alone gave 40 / 1.75 (home(h) of
-  // docs/concepts.md#lower-bound).
+  // 40 - a <= T gives T >= 50 / 1.75 = 200 / 7 s, where the NICs alone gave 40 / 1.75 (home(d) in
+  // out(h) of docs/concepts.md#lower-bound).
   auto beside = problem_of({20}, Mesh({1}, {0}), "R", Mesh({2}, {1, 2}), "S0", 2, 2);
   beside.cluster = p.cluster;
   EXPECT_DOUBLE_EQ(lower_bound(beside, decompose(beside)), 200.0 / 7 + beside.cluster.latency);
@@ -444,19 +444,32 @@ TEST(LowerBoundTest, ADeviceServingItsHostLeavesItsNicPartOfTheTime) {
   // the first 40 B, which device 1 beside it needs (10 s of device 0's port); device 1 alone holds
   // the other 40 B, which device 2 of host 1 needs. Every byte leaving host 0 over NIC 0 leaves
   // device 0, which sends one op at a time: NIC 0 carries at most T - 10 B in T s and NIC 1 T B,
-  // so 2T - 10 >= 40 and T >= 25 s, where the NICs alone gave 20 s (rails(h) of
+  // so 2T - 10 >= 40 and T >= 25 s, where the NICs alone gave 20 s (out(h) of
   // docs/concepts.md#lower-bound).
   auto p = problem_of({20}, Mesh({2}, {0, 1}), "S0", Mesh({2}, {1, 2}), "S0", 2, 2);
   p.cluster.nic_bandwidth = 1;
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 2;
-  EXPECT_NEAR(lower_bound(p, decompose(p)), 25 + p.cluster.latency, 1e-9);
-  EXPECT_LE(lower_bound(p, decompose(p)), 25 + p.cluster.latency);
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 25 + p.cluster.latency);
   EXPECT_GE(simulate(make_plan(p)).time_s, 25.0);
   // With one NIC both devices feed it: 40 B at 1 B/s, and device 0's 10 s fit beside them.
   auto one = p;
   one.cluster.nics_per_host = 1;
   EXPECT_DOUBLE_EQ(lower_bound(one, decompose(one)), 40 + one.cluster.latency);
+}
+
+TEST(LowerBoundTest, HoldersOnSomeNicsHandTheRestOverOneOpAtATime) {
+  // Devices 0 and 1 of host 0 hold 40 B that devices 4 and 5 of host 1 need; four NICs per host
+  // (1 B/s each, device l on NIC l), 4 B/s links. NICs 2 and 3 have no holder: what they send,
+  // up to 2T B in T s, is handed over by the holders at 4 B/s, a quarter of a second per byte of
+  // the ports that also feed NICs 0 and 1. So 40 <= 2T + 2T - 2T / 4 and T >= 80/7 s, where the
+  // four NICs alone gave 10 s (out(h) of docs/concepts.md#lower-bound).
+  auto p = problem_of({10}, Mesh({2}, {0, 1}), "R", Mesh({2}, {4, 5}), "R", 2, 4);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 80.0 / 7 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 80.0 / 7);
 }
 
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {

@@ -115,64 +115,78 @@ class HeldInside {
   std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
 };
 
-// What host `host` can send over its NICs per second (send(h) of docs/concepts.md#lower-bound):
-// nic(h), but where `holder` is the host's only device that holds any slice and no other device
-// of the host is on its NIC, every byte the host sends of its own leaves `holder` either over that
-// NIC (at most `n` = min(nic, dev) per second) or over its device link (at most dev), and the
-// holder sends one op at a time: in time T it sends `a` bytes over the NIC and `o - a` over the
-// link with a / n + (o - a) / dev <= T, and o - a <= T * rest (the host's other NICs), so
-// o <= T * (n * (1 - rest / dev) + rest), or T * dev where rest >= dev. The `l` bytes that only
-// `holder` holds and only devices of its host need take its port too, at least l / dev: then
-// o <= T * send - n * l / dev (docs/concepts.md#lower-bound), so `local_weight` is n / dev (0
-// where the host's sending is not its holder's).
-struct SendBandwidth {
-  double bandwidth;
-  double local_weight = 0;
-};
-SendBandwidth send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
+// What host `host` can send over its NICs per second (send(h) of docs/concepts.md#lower-bound),
+// the rate by which the terms over sets of hosts divide: nic(h), but where `holder` is the host's
+// only device that holds any slice and no other device of the host is on its NIC, every byte the
+// host sends of its own leaves `holder` either over that NIC (at most `n` = min(nic, dev) per
+// second) or over its device link (at most dev), and the holder sends one op at a time: in time T
+// it sends `a` bytes over the NIC and `o - a` over the link with a / n + (o - a) / dev <= T, and
+// o - a <= T * rest (the host's other NICs), so o <= T * (n * (1 - rest / dev) + rest), or T * dev
+// where rest >= dev.
+double send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
   const double nic = cluster.nic_bandwidth_of(host);
-  if (!holder) return {nic};
+  if (!holder) return nic;
   const int nics = cluster.nics_of(host);
   const int local = cluster.local_of(*holder);
-  if (local % nics + nics < cluster.devices_per_host) return {nic};  // another device on its NIC
+  if (local % nics + nics < cluster.devices_per_host) return nic;  // another device on its NIC
   const double dev = cluster.device_bandwidth_of(*holder);
   const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
   const double rest = nic - own;
-  if (rest >= dev) return {dev, 1};
-  return {own * (1 - rest / dev) + rest, own / dev};
+  return rest >= dev ? dev : own * (1 - rest / dev) + rest;
 }
 
-// The least time in which host `host` sends `bytes` of its own over its NICs (rails(h) of
-// docs/concepts.md#lower-bound) when its device of local index l must also spend `busy[l]`
-// seconds of its send port on bytes only it holds and only devices beside it need. A byte leaves
-// the host first from a device on the NIC it crosses, and a device sends one op at a time, at
-// most min(nic, dev) over its NIC: in time T, NIC n carries at most
-// min(nic T, Σ_{l on n} min(nic, dev) max(0, T - busy[l])). That is continuous and grows with T,
-// so bisection finds where it reaches `bytes`; the lower end is returned, which the true time
-// exceeds.
-double rail_send_time(const Cluster& cluster, int host, double bytes,
-                      const std::vector<double>& busy) {
-  const int nics = cluster.nics_of(host);
+// The least time in which host `host` sends `bytes` of its own over its NICs (out(h) of
+// docs/concepts.md#lower-bound, which has the proof). `holders` are the host's devices that hold a
+// slice, by local index, each with the seconds of its send port that bytes only it holds and only
+// devices beside it need take. In time T a holder has P = T - those seconds of its port for the
+// host's bytes, which it sends over its own NIC at n = min(nic, dev) or hands over its device link
+// at dev to a device on a NIC without holders, which sends them on; the most the NICs carry
+// together, capacity(T), is continuous and grows with T, so bisection finds where it reaches
+// `bytes`, and the lower end is returned.
+double own_send_time(const Cluster& cluster, int host, double bytes,
+                     const std::map<int, double>& holders) {
+  const int nics = std::min(cluster.nics_of(host), cluster.devices_per_host);
   const double nic = cluster.single_nic_bandwidth_of(host);
-  const auto capacity = [&](double t) {
-    double total = 0;
-    for (int n = 0; n < std::min(nics, cluster.devices_per_host); ++n) {
-      double devices = 0;
-      for (int l = n; l < cluster.devices_per_host; l += nics) {
-        const double own = std::min(nic, cluster.device_bandwidth_of(cluster.device_id(host, l)));
-        devices += own * std::max(0.0, t - busy[l]);
-      }
-      total += std::min(nic * t, devices);
-    }
-    return total;
-  };
-  // At `lo` every NIC together carries at most bytes; at `hi` every device has had `lo` free.
-  double lo = bytes / cluster.nic_bandwidth_of(host);
-  double hi = lo + *std::max_element(busy.begin(), busy.end());
-  while (hi - lo > 1e-12 * hi) {
-    const double mid = (lo + hi) / 2;
-    (capacity(mid) < bytes ? lo : hi) = mid;
+  const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
+  const double own = std::min(nic, dev);
+  // Per NIC: its devices that hold nothing, and its holders' busy seconds.
+  std::vector<int> others(nics);
+  for (int n = 0; n < nics; ++n)
+    others[n] = cluster.devices_per_host / nics + (n < cluster.devices_per_host % nics ? 1 : 0);
+  std::vector<std::vector<double>> busy(nics);
+  for (const auto& [local, seconds] : holders) {
+    busy[local % nics].push_back(seconds);
+    --others[local % nics];
   }
+  const auto capacity = [&](double t) {
+    double direct = 0;  // bytes the holders' NICs carry, their holders' ports all theirs
+    double staged = 0;  // what NICs without holders can carry, all of it handed over
+    double free = 0;    // holders' port seconds their NICs cannot use (full, or shared)
+    double port = 0;    // holders' port seconds in all
+    for (int n = 0; n < nics; ++n) {
+      double held = 0;  // port seconds of the NIC's holders
+      for (double seconds : busy[n]) held += std::max(0.0, t - seconds);
+      port += held;
+      if (busy[n].empty()) {
+        staged += std::min(nic, own * others[n]) * t;
+      } else if (others[n] == 0) {
+        direct += std::min(nic * t, own * held);
+        free += std::max(0.0, held - nic * t / own);
+      } else {  // a NIC shared with devices that hold nothing: their hand-overs are not charged
+        direct += std::min(nic * t, own * (held + others[n] * t));
+        free += held;
+      }
+    }
+    // Handed-over bytes take a holder's port at dev, less than their NIC time: the more the
+    // better, first from port time the holders' own NICs cannot use.
+    const double handed = std::min(staged, dev * port);
+    return direct + handed - own * std::max(0.0, handed / dev - free);
+  };
+  double lo = bytes / cluster.nic_bandwidth_of(host);  // capacity(T) <= nic(h) T
+  double hi = 2 * lo;
+  for (int doubled = 0; capacity(hi) < bytes && doubled < 64; ++doubled) hi *= 2;
+  for (double mid = lo + (hi - lo) / 2; lo < mid && mid < hi; mid = lo + (hi - lo) / 2)
+    (capacity(mid) < bytes ? lo : hi) = mid;
   return lo;
 }
 
@@ -260,32 +274,25 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       holder[h] = d;
     }
   std::vector<double> send(hosts.size());
-  std::vector<double> home(hosts.size(), 0);  // n / dev * home(d) of the host's one holder d
-  for (int h = 0; h < hosts.size(); ++h) {
-    const auto [bandwidth, local_weight] = send_bandwidth(cluster, static_cast<int>(hosts.id_at(h)),
-                                                          several[h] ? std::nullopt : holder[h]);
-    send[h] = bandwidth;
-    if (local_weight > 0) home[h] = local_weight * home_only[devices.index_of(*holder[h])];
-  }
+  for (int h = 0; h < hosts.size(); ++h)
+    send[h] = send_bandwidth(cluster, static_cast<int>(hosts.id_at(h)),
+                             several[h] ? std::nullopt : holder[h]);
   for (const Pooled& p : tensor_bounds) bound = std::max(bound, p.bound(send));
   bound = std::max({bound, batch_pooled.bound(send), held.bound(send)});
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
-    bound = std::max({bound, in[h] / nic, (only[h] + home[h]) / send[h]});
+    bound = std::max(bound, in[h] / nic);
   }
-  // rails(h): where devices of a host must serve devices beside it, their NICs lose that time.
-  std::vector<std::vector<double>> busy(hosts.size());
-  for (int d = 0; d < devices.size(); ++d) {
-    if (home_only[d] <= 0) continue;
-    const auto id = static_cast<DeviceId>(devices.id_at(d));
-    std::vector<double>& of_host = busy[hosts.index_of(cluster.host_of(id))];
-    of_host.resize(cluster.devices_per_host, 0);
-    of_host[cluster.local_of(id)] = home_only[d] / cluster.device_bandwidth_of(id);
-  }
+  // out(h): each host's holders and what of their ports serves devices beside them.
+  std::vector<std::map<int, double>> busy(hosts.size());
+  for (const UnitTask& t : std::views::join(tasks))
+    for (DeviceId d : t.senders)
+      busy[hosts.index_of(cluster.host_of(d))][cluster.local_of(d)] =
+          home_only[devices.index_of(d)] / cluster.device_bandwidth_of(d);
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0 && !busy[h].empty())
+    if (only[h] > 0)
       bound = std::max(bound,
-                       rail_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
+                       own_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
     const double dev = cluster.device_bandwidth_of(id);

@@ -266,7 +266,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // over its own NIC while another holder's NIC, which has less of its own, could take half.
     // And where a holder that sends a rail over its own NIC alone holds slices that only devices
     // beside it need, with its own rails cut smaller by those too: its send port carries them
-    // (the lower bound's home(h)), but where the rails' relays decide, equal rails fare better.
+    // (the lower bound's home(d) in out(h)), but where the rails' relays decide, equal rails fare
+    // better.
     const auto rails_of = [&](const std::vector<detail::Job>& of,
                               const detail::RailOptions& rail_options) {
       return detail::rail_jobs(batch, of, rail_rounds(batch, of),
