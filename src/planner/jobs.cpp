@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "meshcast/layout/layout.h"
@@ -271,16 +272,18 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
 }
 
 // The parts of the slice of `whole` that its rails carry (by_rail[i]: rail i, its holders and
-// stages chosen). Equal (allgather_part), except where one device alone holds the slice, sends one
-// rail over its own NIC and hands every other over to a stage: its send port (a device sends one
-// op at a time) then carries that rail at the NIC's rate and each other at the device link's, so
-// with equal parts the port, not the NICs, decides: 1 + s * nic / dev times a rail's NIC time for
-// s staged rails (1.1x with two NICs and links ten times as fast), more where the port also
-// serves receivers beside it (1.5x with four NICs, a receiver staging a rail and its other parts
-// sent after the last round). The own rail is cut smaller (by 1 - s * nic / dev where the port
-// serves no receiver beside it), so that the port and the stages' NICs end together, at the rate
-// the lower bound's send(h) gives (docs/concepts.md#lower-bound). Cut along the longest dimension,
-// as allgather_part does. Only for rails into hosts that take in from this holder alone: unequal
+// stages chosen). Equal (allgather_part), except where the devices of one host that hold the slice
+// each send one rail over their own NIC and hand the s others over to stages (m holders, each
+// handing over s / m, as the balance spreads hand-overs): a holder's send port (a device sends one
+// op at a time) then carries its rail at the NIC's rate and the others at the device link's, so
+// with equal parts the port, not the NICs, decides: 1 + (s / m) nic / dev times a rail's NIC time
+// (1.1x with one holder of two NICs and links ten times as fast), more where a single holder's
+// port also serves receivers beside it (1.5x with four NICs, a receiver staging a rail and its
+// other parts sent after the last round). The own rails are cut smaller (by 1 - (s / m) nic / dev
+// where the ports serve no receiver beside them), so that the ports and the stages' NICs end
+// together, at the rate the lower bound's out(h) gives (docs/concepts.md#lower-bound). Cut along
+// the longest dimension, as allgather_part does. Only for rails into hosts that take in from these
+// holders alone: unequal
 // rails load their NICs unequally, which costs where their NICs decide, as where they take in
 // from other holders too. Through a chain of hosts every relay forwards the larger rail at its
 // NIC's rate too, which holds it as long as the holder's port; its host's gathers wait for a round
@@ -292,49 +295,60 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
   const auto g = static_cast<int>(by_rail.size());
   std::vector<Box> equal;
   for (int i = 0; i < g; ++i) equal.push_back(allgather_part(slice, g, i));
-  const DeviceId holder = by_rail[0]->candidates[0];
-  int direct = -1;  // the rail the holder sends itself
+  // The holders: one host's, each sending one rail itself (`direct`), handing the others over.
+  std::set<DeviceId> holders;
+  for (const Transfer* rail : by_rail)
+    holders.insert(rail->candidates.begin(), rail->candidates.end());
+  std::map<DeviceId, int> direct;  // holder -> the rail it sends itself
   for (int i = 0; i < g; ++i) {
     const Transfer& rail = *by_rail[i];
-    if (rail.candidates != std::vector<DeviceId>{holder} ||
-        std::any_of(rail.receivers.begin(), rail.receivers.end(), [&](DeviceId r) {
-          return sources.at(cluster.host_of(r)) != std::set<DeviceId>{holder};
-        }))
+    if (std::any_of(rail.receivers.begin(), rail.receivers.end(),
+                    [&](DeviceId r) { return sources.at(cluster.host_of(r)) != holders; }))
       return equal;
-    if (rail.stages.empty()) {
-      if (direct >= 0) return equal;
-      direct = i;
-    }
+    if (!rail.stages.empty()) continue;
+    if (rail.candidates.size() != 1 || !direct.emplace(rail.candidates[0], i).second) return equal;
   }
-  if (direct < 0) return equal;
-  // The holder also serves its host's other receivers over its device link: `staged` of them
+  const int host = cluster.host_of(*holders.begin());
+  if (direct.size() != holders.size() ||
+      std::any_of(holders.begin(), holders.end(),
+                  [&](DeviceId d) { return cluster.host_of(d) != host; }))
+    return equal;
+  // The holders also serve their host's other receivers over their device links: `staged` of them
   // (Transfer::stage_receives) keep the rail they stage and take the other parts, `beside` take the
-  // whole slice.
-  const int host = cluster.host_of(holder);
+  // whole slice. Counted for a single holder only: which of several serves them is the balance's.
   const auto staged = static_cast<int>(std::count_if(
       by_rail.begin(), by_rail.end(), [](const Transfer* rail) { return rail->stage_receives; }));
-  const auto beside = static_cast<int>(std::count_if(
-                          whole.receivers.begin(), whole.receivers.end(),
-                          [&](DeviceId r) { return r != holder && cluster.host_of(r) == host; })) -
-                      staged;
-  // Weights: `own` for the holder's rail, 1 for each of the o = g - 1 others, w = own + o in all.
-  // Its port then sends own / nic + o / dev of rails and (beside * w + staged * (w - 1)) / dev to
-  // its host, which equals a stage's 1 / nic where, with r = nic / dev,
-  // own = (1 - r * (o * (1 + beside + staged) - staged)) / (1 + r * (beside + staged)).
-  const double r = cluster.single_nic_bandwidth_of(host) / cluster.device_bandwidth_of(holder);
-  const int o = g - 1;
-  const auto share = home_share.find(holder);
-  const double home = share != home_share.end() ? share->second : 0;
-  const double own =
-      (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home + staged));
-  if (own <= 0) return equal;
+  const auto beside =
+      static_cast<int>(std::count_if(
+          whole.receivers.begin(), whole.receivers.end(),
+          [&](DeviceId r) { return !holders.contains(r) && cluster.host_of(r) == host; })) -
+      staged;
+  const auto m = static_cast<int>(holders.size());
+  if (m > 1 && beside + staged > 0) return equal;
+  // Weights: `own` for a holder's rail, 1 for each of the g - m staged ones, of which each holder
+  // hands over o = (g - m) / m. Its port then sends own / nic + o / dev of rails and
+  // (beside * w + staged * (w - 1)) / dev to its host (w the weights' sum, one holder), which
+  // equals a stage's 1 / nic where, with r = nic / dev,
+  // own = (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home +
+  // staged)).
+  const double r =
+      cluster.single_nic_bandwidth_of(host) / cluster.device_bandwidth_of(*holders.begin());
+  const double o = static_cast<double>(g - m) / m;
+  std::vector<double> weights(g, 1);
+  for (const auto& [holder, i] : direct) {
+    const auto share = home_share.find(holder);
+    const double home = share != home_share.end() ? share->second : 0;
+    weights[i] =
+        (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home + staged));
+    if (weights[i] <= 0) return equal;
+  }
   const int longest = longest_dimension(slice);
   const Interval extent = slice.dims[longest];
-  const double total = g - 1 + own;
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
   std::vector<Box> parts = equal;
   double before = 0;  // weight of the parts before part i
   for (int i = 0; i < g; ++i) {
-    const double weight = i == direct ? own : 1;
+    const double weight = weights[i];
     const auto at = [&](double w) {
       return extent.lo + std::llround(static_cast<double>(extent.size()) * w / total);
     };

@@ -73,9 +73,10 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // `stage_at_holders` anywhere; where one host holds the slice and only receivers are on that NIC,
 // at the first of them (Transfer::stage_receives). Where several hosts hold it and some holders
 // are on the rail's NIC, only those send it, unless `beside`: then the other hosts may stage it.
-// Where one device holds a slice and sends a rail over its own NIC, that rail is cut smaller
-// (rail_parts in jobs.cpp), by what it also sends to devices beside it of that slice, and
-// `home`: of the slices it alone holds that only devices beside it need, in proportion.
+// Where the devices of one host that hold a slice each send a rail over their own NIC, those rails
+// are cut smaller (rail_parts in jobs.cpp); a single holder's also by what it sends to devices
+// beside it of that slice, and `home`: of the slices it alone holds that only devices beside it
+// need, in proportion.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
