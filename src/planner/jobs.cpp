@@ -271,6 +271,80 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
                                host.rails[i], {r}));
 }
 
+// `slice` cut along its longest dimension (as allgather_part cuts) into parts in proportion to
+// `weights`; equal parts where a part would be empty.
+std::vector<Box> cut_by_weights(const Box& slice, const std::vector<double>& weights) {
+  const auto g = static_cast<int>(weights.size());
+  std::vector<Box> parts;
+  for (int i = 0; i < g; ++i) parts.push_back(allgather_part(slice, g, i));
+  const int longest = longest_dimension(slice);
+  const Interval extent = slice.dims[longest];
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<Box> cut = parts;
+  double before = 0;  // weight of the parts before part i
+  for (int i = 0; i < g; ++i) {
+    const auto at = [&](double w) {
+      return extent.lo + std::llround(static_cast<double>(extent.size()) * w / total);
+    };
+    cut[i].dims[longest] = {at(before), at(before + weights[i])};
+    before += weights[i];
+  }
+  if (std::any_of(cut.begin(), cut.end(), [](const Box& b) { return b.empty(); })) return parts;
+  return cut;
+}
+
+// Per host with one device per NIC that holds slices bound for other hosts: the bytes each NIC
+// should carry of them (`ports` of RailOptions), so that its devices' send ports end together. A
+// device's port carries what leaves by its NIC at the NIC's rate and, at the device link's, the
+// slices only it holds that only devices beside it need and the parts of its own slices that leave
+// by the other NICs; with equal parts the busiest port decided while the other NICs idled.
+std::map<int, std::vector<double>> port_loads(const std::vector<Job>& jobs,
+                                              const Cluster& cluster) {
+  std::map<int, double> leaving;    // per host
+  std::map<DeviceId, double> held;  // per device: bytes that leave its host, held by it
+  std::map<DeviceId, double> home;  // per device: bytes only it holds for devices beside it
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers) {
+      const auto hosts = hosts_of(t.candidates, cluster);
+      if (hosts.size() != 1 || t.receivers.empty()) continue;
+      const auto bytes = static_cast<double>(t.bytes);
+      if (t.within_holding_hosts(cluster)) {
+        if (t.candidates.size() == 1) home[t.candidates[0]] += bytes;
+        continue;
+      }
+      leaving[hosts[0]] += bytes;
+      for (DeviceId d : t.candidates) held[d] += bytes / static_cast<double>(t.candidates.size());
+    }
+  std::map<int, std::vector<double>> loads;
+  for (const auto& [host, bytes] : leaving) {
+    const int n = cluster.devices_per_host;
+    if (cluster.nics_of(host) < n || n < 2) continue;
+    const double nic = cluster.single_nic_bandwidth_of(host);
+    const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
+    const auto of = [](const std::map<DeviceId, double>& m, DeviceId d) {
+      const auto it = m.find(d);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    // Each port's time at the loads so far gives the next loads: L = nic (T - busy), sum L = bytes.
+    std::vector<double> load(n, bytes / n);
+    for (int pass = 0; pass < 8; ++pass) {
+      std::vector<double> busy(n);
+      double sum = 0;
+      for (int l = 0; l < n; ++l) {
+        const DeviceId d = cluster.device_id(host, l);
+        busy[l] = (of(home, d) + of(held, d) * (1 - load[l] / bytes)) / dev;
+        sum += busy[l];
+      }
+      const double t = (bytes / nic + sum) / n;
+      double total = 0;
+      for (int l = 0; l < n; ++l) total += load[l] = std::max(0.0, nic * (t - busy[l]));
+      for (double& l : load) l *= bytes / total;
+    }
+    loads[host] = std::move(load);
+  }
+  return loads;
+}
+
 // The parts of the slice of `whole` that its rails carry (by_rail[i]: rail i, its holders and
 // stages chosen). Equal (allgather_part), except where the devices of one host that hold the slice
 // each send one rail over their own NIC and hand the s others over to stages (m holders, each
@@ -290,11 +364,27 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
 // in which it relays nothing (balance_rounds, `deferred`).
 std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>& by_rail,
                             const std::map<int, std::set<DeviceId>>& sources,
-                            const std::map<DeviceId, double>& home_share, const Cluster& cluster) {
+                            const std::map<DeviceId, double>& home_share,
+                            const std::map<int, std::vector<double>>& loads,
+                            const Cluster& cluster) {
   const Box& slice = whole.slice;
   const auto g = static_cast<int>(by_rail.size());
   std::vector<Box> equal;
   for (int i = 0; i < g; ++i) equal.push_back(allgather_part(slice, g, i));
+  // Rail i leaves by NIC i: where one host holds the slice and feeds its receiving hosts alone,
+  // in proportion to what that NIC's device can carry (port_loads).
+  const int holding = cluster.host_of(whole.candidates[0]);
+  const auto on_holding = [&](DeviceId d) { return cluster.host_of(d) == holding; };
+  if (const auto load = loads.find(holding);
+      load != loads.end() && static_cast<int>(load->second.size()) == g &&
+      std::all_of(whole.candidates.begin(), whole.candidates.end(), on_holding) &&
+      std::all_of(by_rail.begin(), by_rail.end(), [&](const Transfer* rail) {
+        return std::all_of(rail->receivers.begin(), rail->receivers.end(), [&](DeviceId r) {
+          const auto& from = sources.at(cluster.host_of(r));
+          return std::all_of(from.begin(), from.end(), on_holding);
+        });
+      }))
+    return cut_by_weights(slice, load->second);
   // The holders: one host's, each sending one rail itself (`direct`), handing the others over.
   std::set<DeviceId> holders;
   for (const Transfer* rail : by_rail)
@@ -342,21 +432,7 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
         (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home + staged));
     if (weights[i] <= 0) return equal;
   }
-  const int longest = longest_dimension(slice);
-  const Interval extent = slice.dims[longest];
-  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
-  std::vector<Box> parts = equal;
-  double before = 0;  // weight of the parts before part i
-  for (int i = 0; i < g; ++i) {
-    const double weight = weights[i];
-    const auto at = [&](double w) {
-      return extent.lo + std::llround(static_cast<double>(extent.size()) * w / total);
-    };
-    parts[i].dims[longest] = {at(before), at(before + weight)};
-    before += weight;
-  }
-  if (std::any_of(parts.begin(), parts.end(), [](const Box& b) { return b.empty(); })) return equal;
-  return parts;
+  return cut_by_weights(slice, weights);
 }
 
 // Rail i of a slice leaves each holding host by its NIC i mod n (n: the host's NICs with devices),
@@ -583,7 +659,7 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
-  const auto [stage_at_holders, per_receiver, beside, home] = options;
+  const auto [stage_at_holders, per_receiver, beside, home, ports] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -608,6 +684,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
   std::map<DeviceId, double> home_share;
   for (const auto& [d, bytes] : home_and_away)
     if (bytes.second > 0) home_share[d] = bytes.first / bytes.second;
+  const auto loads = ports ? port_loads(jobs, cluster) : std::map<int, std::vector<double>>();
   std::vector<Job> out;
   std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
   const auto first = [](int) { return 0; };
@@ -656,7 +733,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         }
         std::vector<Transfer*> by_rail(g);  // the rails just added, by rail index
         for (int j = 0; j < g; ++j) by_rail[(start + j) % g] = &part.transfers.end()[j - g];
-        const auto parts = rail_parts(whole, by_rail, sources, home_share, cluster);
+        const auto parts = rail_parts(whole, by_rail, sources, home_share, loads, cluster);
         for (int i = 0; i < g; ++i) {
           by_rail[i]->slice = parts[i];
           by_rail[i]->bytes = parts[i].volume() * element;

@@ -77,11 +77,16 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // are cut smaller (rail_parts in jobs.cpp); a single holder's also by what it sends to devices
 // beside it of that slice, and `home`: of the slices it alone holds that only devices beside it
 // need, in proportion.
+// With `ports`, where one host with one device per NIC feeds the rails' receiving hosts alone,
+// the rails are cut in proportion to what each NIC's device can send (port_loads in jobs.cpp):
+// what it must also send to devices beside it and hand over to the other NICs' devices leaves
+// its NIC idle meanwhile.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
   bool beside = false;
   bool home = false;
+  bool ports = false;
 };
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options);

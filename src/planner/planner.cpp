@@ -282,6 +282,14 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
               rails_of(jobs, {.stage_at_holders = stage_at_holders, .per_receiver = per_receiver});
           try_candidate(rails, options, detail::Shape::chains);
           try_rounds(rails);
+          if (near()) break;
+          const auto ported = rails_of(
+              jobs,
+              {.stage_at_holders = stage_at_holders, .per_receiver = per_receiver, .ports = true});
+          if (stage_at_holders && !same_slices(ported, rails)) {
+            try_candidate(ported, options, detail::Shape::chains);
+            try_rounds(ported);
+          }
           if (near() || stage_at_holders) continue;
           const auto home = rails_of(jobs, {.per_receiver = per_receiver, .home = true});
           if (!same_slices(home, rails)) {
