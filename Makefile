@@ -32,7 +32,8 @@ test: build
 # are also the unit tests of a machine without Open MPI. -O1 keeps the sanitizers' reports exact
 # and runs the property tests several times faster than -O0; -g1 (line tables) is all their stack
 # traces print. Only the unit tests' binaries and the harnesses are built: the command line's
-# tests run in the other builds.
+# tests run in the other builds. The heaviest property tests run the first quarter of their random
+# cases here (tests/corpus.h, sanitized_count), all of them in `make test`.
 SHORT_FUZZ_SECONDS ?= 3
 test-asan: deps
 	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++-16 \

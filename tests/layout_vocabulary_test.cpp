@@ -211,7 +211,7 @@ TEST(SpecVocabularyPropertyTest, EquivalentSpecsGiveIdenticalPlans) {
   const std::vector<std::string> names = {"dp", "tp", "pp"};
   int placements = 0;
   int partition_specs = 0;
-  for (const auto& p : testing::property_corpus(11, 300)) {
+  for (const auto& p : testing::property_corpus(11, testing::sanitized_count(300))) {
     const std::string want = plan_to_json(make_plan(p, {.search_effort = 0.02})).dump();
     for (int side = 0; side < 2; ++side) {
       const Layout& layout = side == 0 ? p.src : p.dst;
@@ -231,8 +231,8 @@ TEST(SpecVocabularyPropertyTest, EquivalentSpecsGiveIdenticalPlans) {
       }
     }
   }
-  EXPECT_GT(placements, 100);
-  EXPECT_GT(partition_specs, 100);
+  EXPECT_GT(placements, testing::sanitized_count(100));
+  EXPECT_GT(partition_specs, testing::sanitized_count(100));
 }
 
 TEST(SpecVocabularyPropertyTest, NestedAndFlatGiveIdenticalPlansWhenSizesDivide) {

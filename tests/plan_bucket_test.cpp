@@ -47,7 +47,7 @@ TEST(BucketTest, DefaultSizeKeepsOneMessagesLatencyNearOnePercent) {
 TEST(BucketTest, TinyPiecesOfOneSenderAndChainAreFusedUpToTheBucketSize) {
   std::mt19937 rng(7);
   int buckets = 0;
-  for (int round = 0; round < 30; ++round) {
+  for (int round = 0; round < testing::sanitized_count(30); ++round) {
     const Batch batch = testing::tiny_tensor_batch(rng, 20 + static_cast<int>(rng() % 60),
                                                    1 + static_cast<int>(rng() % 4),
                                                    1 + static_cast<int>(rng() % 4));
@@ -79,7 +79,7 @@ TEST(BucketTest, TinyPiecesOfOneSenderAndChainAreFusedUpToTheBucketSize) {
         EXPECT_GE(simulate(plan).time_s, plan.lower_bound_s * (1 - 1e-9));
       }
   }
-  EXPECT_GT(buckets, 100);
+  EXPECT_GT(buckets, testing::sanitized_count(100));
 }
 
 TEST(BucketTest, ABigPieceStaysAloneAndChunkPipelined) {

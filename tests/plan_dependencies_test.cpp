@@ -210,12 +210,12 @@ TEST(OpDependenciesTest, PlannedPlansDependOnWhatTheRuleSays) {
         for (DeviceId r : plan.ops[j].receivers) forwards |= plan.ops[k].sender == r;
     with_receipt_dependencies += forwards ? 1 : 0;
   };
-  for (const Resharding& problem : testing::property_corpus(25, 40))
+  for (const Resharding& problem : testing::property_corpus(25, testing::sanitized_count(40)))
     for (Strategy strategy : {Strategy::send_recv, Strategy::allgather, Strategy::broadcast})
       check(make_plan(problem, PlanOptions{.strategy = strategy}));
   std::mt19937 rng(2025);
   for (int i = 0; i < 20; ++i) check(make_plan(testing::random_batch(rng, 6)));
-  EXPECT_EQ(checked, 3 * 40 + 20);
+  EXPECT_EQ(checked, 3 * testing::sanitized_count(40) + 20);
   EXPECT_GT(with_receipt_dependencies, 0);
 }
 

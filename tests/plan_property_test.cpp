@@ -29,7 +29,7 @@ std::vector<Mode> all_modes() {
 class PlanPropertyTest : public ::testing::TestWithParam<unsigned> {};
 
 TEST_P(PlanPropertyTest, EveryModeIsValidAndAboveTheLowerBound) {
-  const auto corpus = testing::property_corpus(GetParam(), 300);
+  const auto corpus = testing::property_corpus(GetParam(), testing::sanitized_count(300));
   for (const Resharding& problem : corpus) {
     for (const Mode& m : all_modes()) {
       SCOPED_TRACE(fmt::format("{} {} {} split={}", testing::describe(problem),
@@ -59,7 +59,7 @@ TEST_P(PlanPropertyTest, EveryModeIsValidAndAboveTheLowerBound) {
 // buckets fuse their small pieces, and candidates are judged fused, so on a tensor of a few KB
 // the searched plan may end a fraction of a latency later (seen: 3e-10 s in 3.2e-5 s).
 TEST_P(PlanPropertyTest, SearchNeverWorseThanGreedy) {
-  const auto corpus = testing::property_corpus(GetParam() + 1000, 100);
+  const auto corpus = testing::property_corpus(GetParam() + 1000, testing::sanitized_count(100));
   for (const Resharding& problem : corpus) {
     for (bool split : {false, true}) {
       SCOPED_TRACE(fmt::format("{} split={}", testing::describe(problem), split));
@@ -78,9 +78,11 @@ TEST_P(PlanPropertyTest, SearchNeverWorseThanGreedy) {
 TEST_P(PlanPropertyTest, EstimateIsTheSimulatedTime) {
   std::mt19937 rng(GetParam() + 2000);
   std::vector<Batch> batches;
-  for (const Resharding& problem : testing::property_corpus(GetParam() + 2000, 40))
+  for (const Resharding& problem :
+       testing::property_corpus(GetParam() + 2000, testing::sanitized_count(40)))
     batches.push_back(Batch::of_one(problem));
-  for (int i = 0; i < 20; ++i) batches.push_back(testing::random_batch(rng, 1 + i % 4));
+  for (int i = 0; i < testing::sanitized_count(20); ++i)
+    batches.push_back(testing::random_batch(rng, 1 + i % 4));
   for (const Batch& batch : batches) {
     for (const Mode& m : all_modes()) {
       SCOPED_TRACE(fmt::format("{} tensors, first {}: {} {} split={}", batch.tensors.size(),
@@ -96,7 +98,8 @@ TEST_P(PlanPropertyTest, EstimateIsTheSimulatedTime) {
 
 // The search counts work, never time: planning the same input twice gives the same plan.
 TEST_P(PlanPropertyTest, SameInputGivesIdenticalPlans) {
-  for (const Resharding& problem : testing::property_corpus(GetParam() + 3000, 40)) {
+  for (const Resharding& problem :
+       testing::property_corpus(GetParam() + 3000, testing::sanitized_count(40))) {
     SCOPED_TRACE(testing::describe(problem));
     const PlanOptions options{.balance = Balance::order, .split = true};
     EXPECT_EQ(make_plan(problem, options), make_plan(problem, options));
