@@ -770,6 +770,19 @@ TEST(PlannerTest, RailsFollowWhatEachNicsDeviceCanSend) {
   EXPECT_LE(order_ratio(p, false), 1.07);
 }
 
+// Device 14 (host 3, NIC 2) and device 27 (host 6, NIC 3) both hold the tensor that devices 0
+// and 1 of host 0 need, through all four of its NICs; one device per NIC. Each holder sent the
+// rail of its own NIC into a NIC the other host fed too, at half the NIC's rate, holding its send
+// port while its stages waited for their hand-overs (1.11x the bound; random suite seed 511 r16
+// with four NICs): rails 2 and 3 now leave only by the host that stages them.
+TEST(PlannerTest, RailsHeldOnSeveralHostsLeaveByTheHostsThatStageThem) {
+  Resharding p =
+      problem_of({5263443, 17, 6}, Mesh({2}, {14, 27}), "RRR", Mesh({2}, {0, 1}), "RRR", 7, 4);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nics_per_host = 4;
+  EXPECT_LE(order_ratio(p, true), 1.05);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

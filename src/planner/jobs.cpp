@@ -450,7 +450,7 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
 // (A stage cannot simply join the chain: the holder would hold its own send port as long as the
 // stage's NIC hop takes, and the rails would still leave one at a time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
-                   bool beside, const Cluster& cluster) {
+                   bool beside, bool only_stages, const Cluster& cluster) {
   const auto nic_of_rail = [&](int host) {
     return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
   };
@@ -460,7 +460,7 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
     if (cluster.nic_of(d) == nic_of_rail(cluster.host_of(d))) kept.insert(d);
   // Where several hosts hold the slice and some holders are on the rail's NIC, those send it
   // (unless `beside`: then the other hosts may stage it too).
-  if (hosts.size() > 1 && !kept.empty() && !beside) {
+  if (hosts.size() > 1 && !kept.empty() && !beside && !only_stages) {
     std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
     return;
   }
@@ -493,6 +493,12 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
         if (on_host(d)) kept.insert(d);
   }
   if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
+  // With `only_stages`, where several hosts hold the slice and some have a stage for the rail,
+  // only those send it: a holder that sends a rail over its own NIC into a NIC that another host
+  // feeds too holds its send port at half the NIC's rate, while its stages wait for hand-overs.
+  if (only_stages && hosts.size() > 1 && !rail.stages.empty())
+    std::erase_if(rail.candidates,
+                  [&](DeviceId d) { return !rail.stage_on(cluster.host_of(d), cluster); });
 }
 
 // The rounds `job` is cut into (torch.chunk of each slice's longest dimension): at most `rounds`,
@@ -540,7 +546,7 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
         if (intersect(u.slice, t.slice).volume() > 0) add(u.stages);
       if (only_copies && !away.receivers.empty())
         leave_by_rail(away, cluster.nic_of(t.candidates[0]), overlapping, senders,
-                      /*beside=*/true, cluster);
+                      /*beside=*/true, /*only_stages=*/false, cluster);
       if (away.stage_receives && !holds(t.receivers, away.stages[0])) away.stages.clear();
       if (away.stages.empty()) {
         staged.transfers.push_back(t);
@@ -659,7 +665,7 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
-  const auto [stage_at_holders, per_receiver, beside, home, ports] = options;
+  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -726,7 +732,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, whole, senders, beside, cluster);
+          leave_by_rail(rail, i, whole, senders, beside, only_stages, cluster);
           rail.splittable = false;
           rail.host_turn = round;
           part.transfers.push_back(std::move(rail));

@@ -77,6 +77,8 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // are cut smaller (rail_parts in jobs.cpp); a single holder's also by what it sends to devices
 // beside it of that slice, and `home`: of the slices it alone holds that only devices beside it
 // need, in proportion.
+// With `only_stages`, where several hosts hold a slice and some have a stage for a rail, only
+// those send that rail (their holders hand it over rather than send it over their own NIC).
 // With `ports`, where one host with one device per NIC feeds the rails' receiving hosts alone,
 // the rails are cut in proportion to what each NIC's device can send (port_loads in jobs.cpp):
 // what it must also send to devices beside it and hand over to the other NICs' devices leaves
@@ -87,6 +89,7 @@ struct RailOptions {
   bool beside = false;
   bool home = false;
   bool ports = false;
+  bool only_stages = false;
 };
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options);

@@ -301,6 +301,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (stage_count(beside) == stage_count(rails)) continue;
           try_candidate(beside, options, detail::Shape::chains);
           try_rounds(beside);
+          if (near()) continue;
+          const auto staged_only =
+              rails_of(jobs, {.per_receiver = per_receiver, .only_stages = true});
+          try_candidate(staged_only, options, detail::Shape::chains);
+          try_rounds(staged_only);
         }
     // Slices that a host's holders serve over device links, helped from afar over its NICs.
     if (!near())
