@@ -315,16 +315,16 @@ std::map<int, std::vector<double>> port_loads(const std::vector<Job>& jobs,
       leaving[hosts[0]] += bytes;
       for (DeviceId d : t.candidates) held[d] += bytes / static_cast<double>(t.candidates.size());
     }
+  const auto of = [](const std::map<DeviceId, double>& m, DeviceId d) {
+    const auto it = m.find(d);
+    return it == m.end() ? 0.0 : it->second;
+  };
   std::map<int, std::vector<double>> loads;
   for (const auto& [host, bytes] : leaving) {
     const int n = cluster.devices_per_host;
     if (cluster.nics_of(host) < n || n < 2) continue;
     const double nic = cluster.single_nic_bandwidth_of(host);
     const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
-    const auto of = [](const std::map<DeviceId, double>& m, DeviceId d) {
-      const auto it = m.find(d);
-      return it == m.end() ? 0.0 : it->second;
-    };
     // Each port's time at the loads so far gives the next loads: L = nic (T - busy), sum L = bytes.
     std::vector<double> load(n, bytes / n);
     for (int pass = 0; pass < 8; ++pass) {
@@ -357,11 +357,10 @@ std::map<int, std::vector<double>> port_loads(const std::vector<Job>& jobs,
 // where the ports serve no receiver beside them), so that the ports and the stages' NICs end
 // together, at the rate the lower bound's out(h) gives (docs/concepts.md#lower-bound). Cut along
 // the longest dimension, as allgather_part does. Only for rails into hosts that take in from these
-// holders alone: unequal
-// rails load their NICs unequally, which costs where their NICs decide, as where they take in
-// from other holders too. Through a chain of hosts every relay forwards the larger rail at its
-// NIC's rate too, which holds it as long as the holder's port; its host's gathers wait for a round
-// in which it relays nothing (balance_rounds, `deferred`).
+// holders alone: unequal rails load their NICs unequally, which costs where their NICs decide, as
+// where they take in from other holders too. Through a chain of hosts every relay forwards the
+// larger rail at its NIC's rate too, which holds it as long as the holder's port; its host's
+// gathers wait for a round in which it relays nothing (balance_rounds, `deferred`).
 std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>& by_rail,
                             const std::map<int, std::set<DeviceId>>& sources,
                             const std::map<DeviceId, double>& home_share,
@@ -418,9 +417,8 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
   // Weights: `own` for a holder's rail, 1 for each of the g - m staged ones, of which each holder
   // hands over o = (g - m) / m. Its port then sends own / nic + o / dev of rails and
   // (beside * w + staged * (w - 1)) / dev to its host (w the weights' sum, one holder), which
-  // equals a stage's 1 / nic where, with r = nic / dev,
-  // own = (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home +
-  // staged)).
+  // equals a stage's 1 / nic where, with r = nic / dev and b = beside + home + staged,
+  // own = (1 - r * (o * (1 + b) - staged)) / (1 + r * b).
   const double r =
       cluster.single_nic_bandwidth_of(host) / cluster.device_bandwidth_of(*holders.begin());
   const double o = static_cast<double>(g - m) / m;

@@ -264,14 +264,18 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     }
     tensor_bounds.push_back(std::move(tensor_pooled));
   }
-  // send(h): each host's holders, one while a single device holds slices there.
+  // send(h): each host's holders, one while a single device holds slices there; out(h): each
+  // host's holders and what of their ports serves devices beside them.
   std::vector<std::optional<DeviceId>> holder(hosts.size());
   std::vector<bool> several(hosts.size(), false);
+  std::vector<std::map<int, double>> busy(hosts.size());
   for (const UnitTask& t : std::views::join(tasks))
     for (DeviceId d : t.senders) {
       const int h = hosts.index_of(cluster.host_of(d));
       if (holder[h] && *holder[h] != d) several[h] = true;
       holder[h] = d;
+      busy[h][cluster.local_of(d)] =
+          home_only[devices.index_of(d)] / cluster.device_bandwidth_of(d);
     }
   std::vector<double> send(hosts.size());
   for (int h = 0; h < hosts.size(); ++h)
@@ -283,12 +287,6 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max(bound, in[h] / nic);
   }
-  // out(h): each host's holders and what of their ports serves devices beside them.
-  std::vector<std::map<int, double>> busy(hosts.size());
-  for (const UnitTask& t : std::views::join(tasks))
-    for (DeviceId d : t.senders)
-      busy[hosts.index_of(cluster.host_of(d))][cluster.local_of(d)] =
-          home_only[devices.index_of(d)] / cluster.device_bandwidth_of(d);
   for (int h = 0; h < hosts.size(); ++h)
     if (only[h] > 0)
       bound = std::max(bound,

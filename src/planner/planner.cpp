@@ -283,14 +283,15 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           try_candidate(rails, options, detail::Shape::chains);
           try_rounds(rails);
           if (near()) break;
-          const auto ported = rails_of(
-              jobs,
-              {.stage_at_holders = stage_at_holders, .per_receiver = per_receiver, .ports = true});
-          if (stage_at_holders && !same_slices(ported, rails)) {
-            try_candidate(ported, options, detail::Shape::chains);
-            try_rounds(ported);
+          if (stage_at_holders) {
+            const auto ported = rails_of(
+                jobs, {.stage_at_holders = true, .per_receiver = per_receiver, .ports = true});
+            if (!same_slices(ported, rails)) {
+              try_candidate(ported, options, detail::Shape::chains);
+              try_rounds(ported);
+            }
+            continue;
           }
-          if (near() || stage_at_holders) continue;
           const auto home = rails_of(jobs, {.per_receiver = per_receiver, .home = true});
           if (!same_slices(home, rails)) {
             try_candidate(home, options, detail::Shape::chains);
