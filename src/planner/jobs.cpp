@@ -274,22 +274,10 @@ void gather_rails(const Batch& batch, const Job& job, const Box& slice,
 // `slice` cut along its longest dimension (as allgather_part cuts) into parts in proportion to
 // `weights`; equal parts where a part would be empty.
 std::vector<Box> cut_by_weights(const Box& slice, const std::vector<double>& weights) {
+  std::vector<Box> cut = cut_at_weights(slice, weights);
+  if (std::none_of(cut.begin(), cut.end(), [](const Box& b) { return b.empty(); })) return cut;
   const auto g = static_cast<int>(weights.size());
-  std::vector<Box> parts;
-  for (int i = 0; i < g; ++i) parts.push_back(allgather_part(slice, g, i));
-  const int longest = longest_dimension(slice);
-  const Interval extent = slice.dims[longest];
-  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
-  std::vector<Box> cut = parts;
-  double before = 0;  // weight of the parts before part i
-  for (int i = 0; i < g; ++i) {
-    const auto at = [&](double w) {
-      return extent.lo + std::llround(static_cast<double>(extent.size()) * w / total);
-    };
-    cut[i].dims[longest] = {at(before), at(before + weights[i])};
-    before += weights[i];
-  }
-  if (std::any_of(cut.begin(), cut.end(), [](const Box& b) { return b.empty(); })) return parts;
+  for (int i = 0; i < g; ++i) cut[i] = allgather_part(slice, g, i);
   return cut;
 }
 
@@ -513,6 +501,22 @@ int round_count(const Job& job, int64_t largest, int rounds, int64_t min_round_b
 }
 
 }  // namespace
+
+std::vector<Box> cut_at_weights(const Box& slice, const std::vector<double>& weights) {
+  const int longest = longest_dimension(slice);
+  const Interval extent = slice.dims[longest];
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<Box> cut(weights.size(), slice);
+  double before = 0;  // weight of the parts before part i
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const auto at = [&](double w) {
+      return extent.lo + std::llround(static_cast<double>(extent.size()) * w / total);
+    };
+    cut[i].dims[longest] = {at(before), at(before + weights[i])};
+    before += weights[i];
+  }
+  return cut;
+}
 
 std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_round_bytes) {

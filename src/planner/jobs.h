@@ -152,6 +152,10 @@ int64_t chain_chunk_bytes(const Op& op, const Cluster& cluster, int64_t chunk_by
 // dimension is too short to give every part an element. 1 means it cannot be split.
 int split_parts(const Transfer& transfer, int holder_hosts);
 
+// `slice` cut along its longest dimension (as allgather_part cuts) into consecutive parts in
+// proportion to `weights` (rounded to whole elements; a part may be empty).
+std::vector<Box> cut_at_weights(const Box& slice, const std::vector<double>& weights);
+
 // Distinct hosts of `devices`, in first-seen order.
 std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& cluster);
 

@@ -14,6 +14,7 @@
 #include "meshcast/planner/estimate.h"
 #include "meshcast/planner/lower_bound.h"
 #include "meshcast/sim/simulator.h"
+#include "shop.h"
 
 namespace meshcast {
 
@@ -103,6 +104,8 @@ bool any_into_several_nics(const Batch& batch, const std::vector<detail::Job>& j
 constexpr double kRailTail = 0.02;
 constexpr int kMostRailRounds = 32;
 constexpr int64_t kRailRoundBuckets = 4;
+// The rounds of detail::nic_shop's pieces: a NIC idles about a round at the start and the end.
+constexpr int kShopRounds = 32;
 
 // Whether `a` and `b` cut the same slices, transfer by transfer.
 bool same_slices(const std::vector<detail::Job>& a, const std::vector<detail::Job>& b) {
@@ -321,6 +324,20 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             try_candidate(rails, options, detail::Shape::chains);
             try_rounds(rails);
           }
+      }
+    // Slices that each go to one receiver, spread over every NIC of their hosts by bytes or by
+    // the ports that carry them, through stages and forwards the greedy may not move (it sends a
+    // piece from its holder where that ends it soonest, which puts the pieces back on their
+    // holders' NICs), and played device by device as the simulator plays them.
+    if (any_into_several_nics(batch, jobs))
+      for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
+        if (near()) break;
+        const auto shop =
+            detail::nic_shop(batch, jobs, kShopRounds,
+                             kRailRoundBuckets * default_bucket_bytes(batch.cluster), level);
+        if (!shop) break;
+        try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
+        if (!near()) try_ops(detail::shop_ops(batch, *shop, jobs));
       }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }

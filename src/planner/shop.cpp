@@ -1,0 +1,538 @@
+#include "shop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <utility>
+
+namespace meshcast::detail {
+namespace {
+
+// A slice's bytes by device (or NIC index while levelled by bytes), in the order they were added.
+using Shares = std::vector<std::pair<int, double>>;
+
+// One slice crossing hosts: from `holders` (the chosen host's devices that hold it) to `receiver`.
+struct Flow {
+  const Job* job = nullptr;
+  const Transfer* transfer = nullptr;
+  std::vector<DeviceId> holders = {};
+  DeviceId receiver = 0;
+  Shares out = {};  // by the device of the holders' host that sends it over its NIC
+  Shares in = {};   // by the device of the receiver's host it enters at
+  double bytes() const { return static_cast<double>(transfer->bytes); }
+};
+
+void add_share(Shares& shares, int to, double bytes) {
+  for (auto& [d, b] : shares)
+    if (d == to) {
+      b += bytes;
+      return;
+    }
+  shares.emplace_back(to, bytes);
+}
+
+// NICs are numbered host * stride + NIC index across the cluster.
+int nic_stride(const Cluster& c) {
+  int stride = 1;
+  for (int h = 0; h < c.hosts; ++h) stride = std::max(stride, c.nics_of(h));
+  return stride;
+}
+
+// The NICs of `host` that have devices: only they carry traffic.
+int used_nics(const Cluster& c, int host) {
+  return std::min(c.nics_of(host), c.devices_per_host);
+}
+
+// Moves bytes of `shares` (one list per slice, (NIC index, bytes), all on one host of `nics` NICs)
+// from the NICs above their mean to those below it, largest slices first; first only to NICs where
+// `free_on(slice, nic)` says the slice needs no stage, then anywhere.
+template <typename FreeOn>
+void level_bytes(std::vector<Shares*> shares, int nics, FreeOn free_on) {
+  std::vector<double> load(nics, 0);
+  std::vector<double> total(shares.size(), 0);
+  for (size_t i = 0; i < shares.size(); ++i)
+    for (const auto& [n, bytes] : *shares[i]) {
+      load[n] += bytes;
+      total[i] += bytes;
+    }
+  double mean = 0;
+  for (double l : load) mean += l / nics;
+  std::vector<size_t> order(shares.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return total[a] > total[b]; });
+  for (bool anywhere : {false, true})
+    for (size_t i : order)
+      for (int from = 0; from < nics; ++from)
+        for (int to = 0; to < nics; ++to) {
+          double on = 0;
+          for (const auto& [n, bytes] : *shares[i])
+            if (n == from) on = bytes;
+          const double move = std::min({on, load[from] - mean, mean - load[to]});
+          if (to == from || move <= 0 || (!anywhere && !free_on(i, to))) continue;
+          add_share(*shares[i], from, -move);
+          add_share(*shares[i], to, move);
+          load[from] -= move;
+          load[to] += move;
+        }
+  for (Shares* s : shares) std::erase_if(*s, [](const auto& share) { return share.second <= 0; });
+}
+
+// The flows' shares by device, levelled by bytes (ShopLevel::bytes).
+void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
+  std::map<int, std::vector<Flow*>> by_sender, by_receiver;
+  std::map<std::pair<int, int>, double> nic_out;  // (host, NIC index) -> bytes so far
+  for (Flow& f : flows) {
+    // The holder on the NIC with the least to send so far.
+    const int host = c.host_of(f.holders[0]);
+    auto first = f.holders.begin();
+    for (auto it = f.holders.begin(); it != f.holders.end(); ++it)
+      if (nic_out[{host, c.nic_of(*it)}] < nic_out[{host, c.nic_of(*first)}]) first = it;
+    std::rotate(f.holders.begin(), first, std::next(first));
+    nic_out[{host, c.nic_of(f.holders[0])}] += f.bytes();
+    f.out = {{c.nic_of(f.holders[0]), f.bytes()}};
+    f.in = {{c.nic_of(f.receiver), f.bytes()}};
+    by_sender[host].push_back(&f);
+    by_receiver[c.host_of(f.receiver)].push_back(&f);
+  }
+  for (auto& [host, of] : by_sender) {
+    std::vector<Shares*> shares;
+    for (Flow* f : of) shares.push_back(&f->out);
+    level_bytes(shares, used_nics(c, host), [&](size_t i, int nic) {
+      return std::any_of(of[i]->holders.begin(), of[i]->holders.end(),
+                         [&](DeviceId d) { return c.nic_of(d) == nic; });
+    });
+  }
+  for (auto& [host, of] : by_receiver) {
+    std::vector<Shares*> shares;
+    for (Flow* f : of) shares.push_back(&f->in);
+    level_bytes(shares, used_nics(c, host), [](size_t, int) { return false; });
+  }
+  // Each NIC's share to a holder on it, else to its device with the least to send.
+  std::vector<double> sending(c.devices(), 0);
+  for (const Flow& f : flows)
+    for (const auto& [n, bytes] : f.out)
+      for (DeviceId d : f.holders)
+        if (c.nic_of(d) == n) {
+          sending[d] += bytes;
+          break;
+        }
+  const auto stage = [&](int host, int nic) {
+    DeviceId best = c.device_id(host, nic);
+    for (int l = nic + c.nics_of(host); l < c.devices_per_host; l += c.nics_of(host))
+      if (const DeviceId d = c.device_id(host, l); sending[d] < sending[best]) best = d;
+    return best;
+  };
+  for (Flow& f : flows) {
+    for (auto& [n, bytes] : f.out) {
+      const int nic = n;
+      n = stage(c.host_of(f.holders[0]), nic);
+      for (DeviceId d : f.holders)
+        if (c.nic_of(d) == nic) n = d;
+    }
+    for (auto& [n, bytes] : f.in)
+      n = c.nic_of(f.receiver) == n ? f.receiver : stage(c.host_of(f.receiver), n);
+  }
+}
+
+// The flows' shares by device, laid a quantum at a time where each ends soonest
+// (ShopLevel::ports). `port` holds the seconds of each device's send port already taken.
+void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port) {
+  constexpr int kQuanta = 32;
+  // Three passes: sending, receiving knowing what each port sends, and both again knowing what
+  // each port forwards.
+  constexpr int kPasses = 3;
+  const int stride = nic_stride(c);
+  const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
+  const auto nic_time = [&](DeviceId d, double bytes) {
+    return bytes / c.single_nic_bandwidth_of(c.host_of(d));
+  };
+  const auto link_time = [&](DeviceId d, double bytes) { return bytes / c.device_bandwidth_of(d); };
+  std::map<int, double> out, in;  // seconds of each NIC taken
+  const auto holds = [](const Flow& f, DeviceId d) {
+    return std::find(f.holders.begin(), f.holders.end(), d) != f.holders.end();
+  };
+  // The holder that hands `f`'s bytes to a stage (as nic_shop's pieces have it).
+  const auto handing = [](const Flow& f) { return f.holders[0]; };
+  const auto send_quantum = [&](Flow& f, double q) {
+    const int host = c.host_of(f.holders[0]);
+    double best_time = 0;
+    DeviceId best = -1;
+    for (int l = 0; l < c.devices_per_host; ++l) {
+      const DeviceId d = c.device_id(host, l);
+      // A device stages only a NIC without a holder of the slice.
+      if (!holds(f, d) && std::any_of(f.holders.begin(), f.holders.end(),
+                                      [&](DeviceId h) { return c.nic_of(h) == c.nic_of(d); }))
+        continue;
+      double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
+      if (!holds(f, d)) {
+        const DeviceId h = handing(f);
+        time = std::max(time, port[h] + link_time(h, q));
+      }
+      if (best < 0 || time < best_time) {
+        best_time = time;
+        best = d;
+      }
+    }
+    add_share(f.out, best, q);
+    out[nic_id(best)] += nic_time(best, q);
+    port[best] += nic_time(best, q);
+    if (!holds(f, best)) port[handing(f)] += link_time(best, q);
+  };
+  const auto take_quantum = [&](Flow& f, double q) {
+    const int host = c.host_of(f.receiver);
+    double best_time = 0;
+    DeviceId best = -1;
+    for (int l = 0; l < c.devices_per_host; ++l) {
+      const DeviceId d = c.device_id(host, l);
+      // The receiver's NIC is entered at the receiver, another NIC at any of its devices.
+      if (d != f.receiver && c.nic_of(d) == c.nic_of(f.receiver)) continue;
+      double time = in[nic_id(d)] + nic_time(d, q);
+      if (d != f.receiver) time = std::max(time, port[d] + link_time(d, q));
+      if (best < 0 || time < best_time) {
+        best_time = time;
+        best = d;
+      }
+    }
+    add_share(f.in, best, q);
+    in[nic_id(best)] += nic_time(best, q);
+    if (best != f.receiver) port[best] += link_time(best, q);
+  };
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (Flow& f : flows) {
+      for (const auto& [d, bytes] : f.out) {
+        out[nic_id(d)] -= nic_time(d, bytes);
+        port[d] -= nic_time(d, bytes);
+        if (!holds(f, d)) port[handing(f)] -= link_time(d, bytes);
+      }
+      f.out.clear();
+    }
+    for (int i = 0; i < kQuanta; ++i)
+      for (Flow& f : flows) send_quantum(f, f.bytes() / kQuanta);
+    for (Flow& f : flows) {
+      for (const auto& [d, bytes] : f.in) {
+        in[nic_id(d)] -= nic_time(d, bytes);
+        if (d != f.receiver) port[d] -= link_time(d, bytes);
+      }
+      f.in.clear();
+    }
+    for (int i = 0; i < kQuanta; ++i)
+      for (Flow& f : flows) take_quantum(f, f.bytes() / kQuanta);
+  }
+}
+
+}  // namespace
+
+std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                             int64_t min_piece_bytes, ShopLevel level) {
+  const Cluster& c = batch.cluster;
+  for (const Job& job : jobs) {
+    if (!job.only_copies_follow()) return std::nullopt;
+    for (const Transfer& t : job.transfers)
+      if (t.receivers.size() != 1) return std::nullopt;
+  }
+  const auto element_bytes = [&](const Job& job, const Box& box) {
+    return box.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype);
+  };
+
+  // Each slice from its receiver's host where that holds it (over the device link, from the
+  // holder with the least to send beside it), else from the holding host with the least to send
+  // per NIC so far, largest slices first.
+  Shop shop;
+  std::vector<Flow> flows;
+  std::vector<double> host_out(c.hosts, 0);
+  std::vector<double> port(c.devices(), 0);  // seconds of the ports sending beside them
+  std::vector<std::pair<const Job*, const Transfer*>> order;
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers) order.emplace_back(&job, &t);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
+  for (const auto& [job, t] : order) {
+    const DeviceId receiver = t->receivers[0];
+    const int home = c.host_of(receiver);
+    std::optional<DeviceId> beside;
+    for (DeviceId d : t->candidates)
+      if (c.host_of(d) == home && (!beside || port[d] < port[*beside])) beside = d;
+    if (beside) {
+      port[*beside] += static_cast<double>(t->bytes) / c.device_bandwidth_of(*beside);
+      shop.beside.push_back({.job = job,
+                             .slice = t->slice,
+                             .bytes = t->bytes,
+                             .holder = *beside,
+                             .sender = *beside,
+                             .entry = receiver,
+                             .receiver = receiver});
+      continue;
+    }
+    int host = -1;
+    for (DeviceId d : t->candidates)
+      if (const int h = c.host_of(d);
+          host < 0 || host_out[h] / used_nics(c, h) < host_out[host] / used_nics(c, host))
+        host = h;
+    Flow f{.job = job, .transfer = t, .receiver = receiver};
+    for (DeviceId d : t->candidates)
+      if (c.host_of(d) == host) f.holders.push_back(d);
+    host_out[host] += f.bytes();
+    flows.push_back(std::move(f));
+  }
+  if (flows.empty()) return std::nullopt;
+  if (level == ShopLevel::bytes)
+    lay_by_bytes(c, flows);
+  else
+    lay_by_ports(c, flows, port);
+
+  // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
+  // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together.
+  const int stride = nic_stride(c);
+  const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
+  std::map<int, double> out_bytes, in_bytes;
+  for (const Flow& f : flows) {
+    for (const auto& [d, bytes] : f.out) out_bytes[nic_id(d)] += bytes;
+    for (const auto& [d, bytes] : f.in) in_bytes[nic_id(d)] += bytes;
+  }
+  double busiest = 0;
+  for (const auto& [nic, bytes] : out_bytes) busiest = std::max(busiest, bytes);
+  for (const auto& [nic, bytes] : in_bytes) busiest = std::max(busiest, bytes);
+  const double piece = std::max(static_cast<double>(min_piece_bytes), busiest / rounds);
+  std::map<std::pair<int, int>, std::vector<ShopPiece>> by_nics;
+  for (const Flow& f : flows) {
+    std::vector<std::pair<DeviceId, DeviceId>> pairs;  // (sender, entry)
+    std::vector<double> weights;
+    const double tiny = 1e-9 * f.bytes();
+    size_t a = 0, b = 0;
+    double left_out = f.out[0].second, left_in = f.in[0].second;
+    while (a < f.out.size() && b < f.in.size()) {
+      const double take = std::min(left_out, left_in);
+      pairs.emplace_back(f.out[a].first, f.in[b].first);
+      weights.push_back(take);
+      left_out -= take;
+      left_in -= take;
+      if (left_out <= tiny && ++a < f.out.size()) left_out = f.out[a].second;
+      if (left_in <= tiny && ++b < f.in.size()) left_in = f.in[b].second;
+    }
+    const std::vector<Box> cut = cut_at_weights(f.transfer->slice, weights);
+    for (size_t p = 0; p < pairs.size(); ++p) {
+      const auto [sender, entry] = pairs[p];
+      ShopPiece part{
+          .job = f.job, .holder = sender, .sender = sender, .entry = entry, .receiver = f.receiver};
+      if (std::find(f.holders.begin(), f.holders.end(), sender) == f.holders.end())
+        part.holder = f.holders[0];
+      const auto bytes = static_cast<double>(element_bytes(*f.job, cut[p]));
+      const auto whole = static_cast<size_t>(std::floor(bytes / piece));
+      std::vector<double> sizes(whole, piece);
+      if (bytes > piece * static_cast<double>(whole))
+        sizes.push_back(bytes - piece * static_cast<double>(whole));
+      auto& pieces = by_nics[{nic_id(sender), nic_id(entry)}];
+      for (const Box& slice : cut_at_weights(cut[p], sizes)) {
+        if (slice.empty()) continue;
+        part.slice = slice;
+        part.bytes = element_bytes(*f.job, slice);
+        part.round = static_cast<int>(pieces.size());
+        pieces.push_back(part);
+      }
+    }
+  }
+  for (auto& [nics, pieces] : by_nics)
+    shop.across.insert(shop.across.end(), pieces.begin(), pieces.end());
+  return shop;
+}
+
+std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs) {
+  std::vector<Job> out;
+  for (const ShopPiece& p : shop.beside)
+    out.push_back({.tensor = p.job->tensor,
+                   .task = p.job->task,
+                   .transfers = {{.slice = p.slice,
+                                  .bytes = p.bytes,
+                                  .receivers = {p.receiver},
+                                  .candidates = {p.holder}}}});
+  for (const ShopPiece& p : shop.across) {
+    Transfer t{
+        .slice = p.slice, .bytes = p.bytes, .receivers = {p.entry}, .candidates = {p.holder}};
+    if (p.holder != p.sender) {
+      t.stages = {p.sender};
+      t.stage_receives = true;
+    }
+    Job job{.tensor = p.job->tensor, .task = p.job->task, .transfers = {t}, .round = p.round};
+    if (p.entry != p.receiver)
+      job.then.push_back(transfer_op({p.receiver}, 0, p.slice, *p.job, p.entry, batch, 0));
+    out.push_back(std::move(job));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Job& a, const Job& b) { return a.round < b.round; });
+  for (const Job& job : jobs)
+    if (!job.then.empty())
+      out.push_back({.tensor = job.tensor, .task = job.task, .then = job.then});
+  return out;
+}
+
+std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs) {
+  const Cluster& c = batch.cluster;
+  const int stride = nic_stride(c);
+  const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
+  // Every step of every piece: the hand-over, the send over the NICs, the forward; a piece beside
+  // its holder is one step over the device link.
+  struct Step {
+    const ShopPiece* piece = nullptr;
+    DeviceId from = 0;
+    DeviceId to = 0;
+    bool across = false;  // over the NICs
+    bool hand_over = false;
+    int next = -1;  // the step that waits for this one
+    bool ready = false;
+  };
+  std::vector<Step> steps;
+  std::map<int, double> in_left, out_left;  // bytes each NIC has still to take in and send
+  for (const ShopPiece& p : shop.beside)
+    steps.push_back({.piece = &p, .from = p.holder, .to = p.receiver, .ready = true});
+  for (const ShopPiece& p : shop.across) {
+    const auto bytes = static_cast<double>(p.bytes);
+    in_left[nic_id(p.entry)] += bytes;
+    out_left[nic_id(p.sender)] += bytes;
+    if (p.holder != p.sender) {
+      steps.push_back({.piece = &p,
+                       .from = p.holder,
+                       .to = p.sender,
+                       .hand_over = true,
+                       .next = static_cast<int>(steps.size()) + 1,
+                       .ready = true});
+    }
+    steps.push_back({.piece = &p,
+                     .from = p.sender,
+                     .to = p.entry,
+                     .across = true,
+                     .ready = p.holder == p.sender});
+    if (p.entry != p.receiver) {
+      steps.back().next = static_cast<int>(steps.size());
+      steps.push_back({.piece = &p, .from = p.entry, .to = p.receiver});
+    }
+  }
+  std::vector<std::vector<int>> of_device(c.devices());
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) of_device[steps[s].from].push_back(s);
+
+  struct Flow {
+    int step = 0;
+    double left = 0;  // bytes
+    double rate = 0;  // bytes per second
+  };
+  std::vector<Flow> active;
+  std::vector<bool> busy(c.devices(), false);
+  std::vector<bool> started(steps.size(), false);
+  std::map<int, int> flows_in;  // active sends into each NIC
+  // Max-min fair rates: a step inside a host at its device link's rate; the sends across hosts
+  // by progressive filling of the NICs they cross (sending NICs as id, receiving as -1 - id).
+  const auto share_rates = [&] {
+    std::map<int, double> capacity;
+    std::map<int, int> users;
+    const auto nics_of = [&](const Step& s) {
+      return std::pair(nic_id(s.from), -1 - nic_id(s.to));
+    };
+    for (Flow& f : active) {
+      const Step& s = steps[f.step];
+      f.rate = s.across ? -1 : c.device_bandwidth_of(s.from);
+      if (!s.across) continue;
+      const auto [out, in] = nics_of(s);
+      for (const auto& [nic, host] : {std::pair(out, c.host_of(s.from)), {in, c.host_of(s.to)}}) {
+        capacity.try_emplace(nic, c.single_nic_bandwidth_of(host));
+        ++users[nic];
+      }
+    }
+    for (;;) {
+      int tightest = 0;
+      double share = -1;
+      for (const auto& [nic, n] : users)
+        if (n > 0 && (share < 0 || capacity[nic] / n < share)) {
+          share = capacity[nic] / n;
+          tightest = nic;
+        }
+      if (share < 0) return;
+      for (Flow& f : active) {
+        const Step& s = steps[f.step];
+        if (f.rate >= 0) continue;
+        const auto [out, in] = nics_of(s);
+        if (out != tightest && in != tightest) continue;
+        f.rate = share;
+        for (int nic : {out, in}) {
+          capacity[nic] -= share;
+          --users[nic];
+        }
+      }
+    }
+  };
+  const auto choose = [&](DeviceId d) {
+    int best = -1;
+    std::tuple<int, int, double> best_key;
+    for (int s : of_device[d]) {
+      const Step& st = steps[s];
+      if (started[s] || !st.ready) continue;
+      std::tuple<int, int, double> key;
+      if (st.hand_over) {
+        key = {busy[st.to] ? 3 : 0, 0, 0};
+      } else if (st.across) {
+        const int in = nic_id(st.to);
+        const int n = flows_in[in];
+        key = {n == 0 ? 1 : 4, n, -in_left[in] - out_left[nic_id(st.from)]};
+      } else {
+        key = {2, 0, 0};
+      }
+      if (best < 0 || key < best_key) {
+        best = s;
+        best_key = key;
+      }
+    }
+    return best;
+  };
+  std::vector<Op> ops;
+  const auto start_free_devices = [&] {
+    std::vector<DeviceId> free;
+    for (DeviceId d = 0; d < c.devices(); ++d)
+      if (!busy[d]) free.push_back(d);
+    const auto left = [&](DeviceId d) {
+      const auto it = out_left.find(nic_id(d));
+      return it == out_left.end() ? 0.0 : it->second;
+    };
+    std::stable_sort(free.begin(), free.end(),
+                     [&](DeviceId a, DeviceId b) { return left(a) > left(b); });
+    for (DeviceId d : free) {
+      const int s = choose(d);
+      if (s < 0) continue;
+      const Step& st = steps[s];
+      const auto bytes = static_cast<double>(st.piece->bytes);
+      busy[d] = true;
+      started[s] = true;
+      if (st.across) {
+        ++flows_in[nic_id(st.to)];
+        in_left[nic_id(st.to)] -= bytes;
+        out_left[nic_id(st.from)] -= bytes;
+      }
+      active.push_back({s, bytes});
+      ops.push_back(transfer_op({st.to}, 0, st.piece->slice, *st.piece->job, st.from, batch, 0));
+    }
+  };
+  start_free_devices();
+  while (!active.empty()) {
+    share_rates();
+    double dt = -1;
+    for (const Flow& f : active)
+      if (dt < 0 || f.left / f.rate < dt) dt = f.left / f.rate;
+    std::vector<Flow> still;
+    for (Flow& f : active) {
+      f.left -= f.rate * dt;
+      if (f.left > 1e-9 * static_cast<double>(steps[f.step].piece->bytes)) {
+        still.push_back(f);
+        continue;
+      }
+      const Step& st = steps[f.step];
+      busy[st.from] = false;
+      if (st.across) --flows_in[nic_id(st.to)];
+      if (st.next >= 0) steps[st.next].ready = true;
+    }
+    active = std::move(still);
+    start_free_devices();
+  }
+  for (const Job& job : jobs) ops.insert(ops.end(), job.then.begin(), job.then.end());
+  return ops;
+}
+
+}  // namespace meshcast::detail

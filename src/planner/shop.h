@@ -1,0 +1,71 @@
+// Internal to the planner layer: slices that each go to one receiver, spread over every NIC of
+// their hosts and paired NIC to NIC (an open shop).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "jobs.h"
+
+namespace meshcast::detail {
+
+// How nic_shop spreads a host's bytes over its NICs.
+enum class ShopLevel {
+  bytes,  // NICs above the mean give bytes to those below it, to a holder there where one is
+  ports,  // bytes laid where they end soonest, counting the send ports of the devices that
+          // send, hand over and forward them (a device sends one op at a time)
+};
+
+// A piece of a slice on its way: handed over the device link from `holder` to `sender` (where they
+// differ), sent over the NICs to `entry`, forwarded over the device link to `receiver` (where they
+// differ). A piece into its holder's own host goes from `holder` (== sender) to `receiver` (==
+// entry) over the device link.
+struct ShopPiece {
+  const Job* job = nullptr;
+  Box slice = {};
+  int64_t bytes = 0;
+  DeviceId holder = 0;
+  DeviceId sender = 0;
+  DeviceId entry = 0;
+  DeviceId receiver = 0;
+  int round = 0;  // its place among the pieces of its pair of NICs
+};
+
+// The pieces of nic_shop: those into their holders' own hosts, then those across hosts, by pair of
+// NICs and in each pair by round.
+struct Shop {
+  std::vector<ShopPiece> beside;
+  std::vector<ShopPiece> across;
+};
+
+// The pieces of `jobs` where every transfer has one receiver and only copies follow (else nullopt;
+// also where no slice crosses hosts):
+// - each slice goes from its receiver's host where that holds it, else from the holding host with
+//   the least to send per NIC so far (largest slices first);
+// - each host's sending is spread over its NICs that have devices, by `level`, and sent on each NIC
+//   by a holder of the slice there, else by the device of that NIC with the least to send (a
+//   stage, handed the piece by a holder); each host's receiving likewise, entering at the receiver
+//   on its own NIC and at a device that forwards it on the others;
+// - what a slice sends by each NIC and takes in by each NIC are paired in order (the north-west
+//   corner rule: the fewest cuts), and each pair cut into pieces of the busiest NIC's bytes /
+//   `rounds` (at least `min_piece_bytes`), so that pieces of one size take turns.
+std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
+                             int64_t min_piece_bytes, ShopLevel level);
+
+// The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
+// stage where it has one (Transfer::stage_receives), followed by its forward; the copies of `jobs`
+// last.
+std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs);
+
+// The shop's ops in the order a play of the simulator's rules starts them, each device choosing its
+// next op when its last one ends (then the copies of `jobs`): a hand-over its stage waits for;
+// else a send into a NIC that takes nothing now, the one with the most still to take in and send;
+// else a forward or a slice beside; else any hand-over; else a send into the NIC with the fewest
+// flows. Devices choose in order of what their NICs still have to send, and flows share the NICs
+// they cross max-min fairly, as in the simulator: a NIC that two sends share takes twice as long
+// for each, and a device whose every receiving NIC is busy still sends (it sends one op after
+// another), so the order decides how often that happens.
+std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs);
+
+}  // namespace meshcast::detail
