@@ -472,6 +472,21 @@ TEST(LowerBoundTest, HoldersOnSomeNicsHandTheRestOverOneOpAtATime) {
   EXPECT_GE(simulate(make_plan(p)).time_s, 80.0 / 7);
 }
 
+TEST(LowerBoundTest, TheSendPortsOfAHostCarryWhatLeavesItAndWhatItsDevicesTakeFromIt) {
+  // Devices 0-3 of host 0 each hold a quarter (16 B) of a 64 B tensor that devices 0 and 3 and
+  // device 4 of host 1 need; four NICs per host (1 B/s each), 4 B/s links. The 64 B leave host 0
+  // at 1 B/s of some port each (64 port seconds), devices 0 and 3 take 48 B each from their host
+  // at 4 B/s (24 port seconds) unless they come back in over host 0's NICs (4 B/s together, a
+  // quarter port second saved per byte): 88 - 4T / 4 <= 4T, so T >= 17.6 s, where the NICs gave
+  // 16 s (ports(h) of docs/concepts.md#lower-bound).
+  auto p = problem_of({16}, Mesh({4}, {0, 1, 2, 3}), "S0", Mesh({3}, {0, 3, 4}), "R", 2, 4);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 17.6 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 17.6);
+}
+
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
   auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);
@@ -798,6 +813,19 @@ TEST(PlannerTest, SlicesToOneReceiverEachSpreadOverEveryNic) {
     p.cluster.nics_per_host = nics;
     EXPECT_LE(order_ratio(p, false), 1.25) << nics << " NICs";
   }
+}
+
+// Devices 0, 4 and 8 (hosts 0-2) each hold a third of a tensor that devices 0, 1 and 2 of host 0
+// all need, over four NICs per host. The greedy's chains and rails took host 0's receiving
+// through fewer NICs than it has (1.18x the bound; random suite seed 501 r21): pieces that go host
+// to host on rails, each entering at a device of its NIC that forwards it to the host's receivers,
+// and played as the simulator plays them, come within 1.04x (detail::rail_steps).
+TEST(PlannerTest, SlicesToSeveralReceiversGoHostToHostOnRails) {
+  Resharding p =
+      problem_of({17318421, 31}, Mesh({3, 1}, {0, 4, 8}), "S10R", Mesh({3}, {0, 1, 2}), "RR", 3, 4);
+  p.tensor.dtype = DType::uint8;
+  p.cluster.nics_per_host = 4;
+  EXPECT_LE(order_ratio(p, false), 1.05);
 }
 
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the

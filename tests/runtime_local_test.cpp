@@ -8,6 +8,7 @@
 #include <atomic>
 #include <functional>
 #include <latch>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -135,6 +136,27 @@ TEST(LocalExecutorTest, SlicesSpreadOverEveryNicDeliverEveryElement) {
                             }))
         << "receiver " << receiver;
   EXPECT_EQ(testing::play_and_count_errors(*executor, plan), 0);
+  // Slices with several receivers relayed host to host by sends, piece by piece, and forwarded
+  // inside each host (PlannerTest.SlicesToSeveralReceiversGoHostToHostOnRails): devices 10 and 1
+  // hold the halves that 20 devices of hosts 0-4 need parts of.
+  Resharding many;
+  many.tensor = TensorSpec{{2097152, 2}, DType::float64};
+  many.src = Layout{Mesh({2}, {10, 1}), ShardingSpec::parse("S0R")};
+  std::vector<DeviceId> receivers(20);
+  std::iota(receivers.begin(), receivers.end(), 0);
+  many.dst = Layout{Mesh({5, 4}, receivers), ShardingSpec::parse("RS0")};
+  many.cluster = paper_cluster(6);
+  many.cluster.devices_per_host = 4;
+  many.cluster.nics_per_host = 2;
+  const Plan relayed = make_plan(many);
+  EXPECT_TRUE(std::none_of(relayed.ops.begin(), relayed.ops.end(),
+                           [](const Op& op) { return op.kind == OpKind::broadcast; }));
+  EXPECT_TRUE(std::any_of(relayed.ops.begin(), relayed.ops.end(), [](const Op& op) {
+    return op.kind == OpKind::send && op.sender != 10 && op.sender != 1 &&
+           *op.sender / 4 != op.receivers[0] / 4;
+  }));
+  // (Pieces of megabytes: the default split, not 256 B, keeps this a second's work.)
+  EXPECT_EQ(testing::play_and_count_errors(*make_local_executor({.threads = 3}), relayed), 0);
 }
 
 // Rails whose parts are cut unequally (a single holder's own rail smaller), gathered by an

@@ -190,6 +190,21 @@ double own_send_time(const Cluster& cluster, int host, double bytes,
   return lo;
 }
 
+// ports(h) of docs/concepts.md#lower-bound (which has the proof): the least time in which the send
+// ports of host `host`'s devices, one op at a time each, send `only` bytes out of the host (each
+// at most min(nic, dev) per second) and `beside` bytes to devices of the host that need slices it
+// holds (each at most dev per second), less what of `beside` comes in over the host's NICs beside
+// the `in` bytes they must take in.
+double ports_time(const Cluster& cluster, int host, double only, double beside, double in) {
+  const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
+  const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
+  const double nic = cluster.nic_bandwidth_of(host);
+  const double work = only / own + beside / dev;  // port seconds, none over the NICs
+  const double devices = cluster.devices_per_host;
+  if (nic * work / devices <= in) return work / devices;
+  return (work + in / dev) / (devices + nic / dev);
+}
+
 }  // namespace
 
 double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
@@ -208,8 +223,9 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   for (int64_t d : device_ids) host_ids.push_back(cluster.host_of(static_cast<DeviceId>(d)));
   const DenseIndex devices(std::move(device_ids));
   const DenseIndex hosts(std::move(host_ids));
-  std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
-  std::vector<double> only(hosts.size(), 0);  // only(h)
+  std::vector<double> in(hosts.size(), 0);      // in(h) of docs/concepts.md, bytes
+  std::vector<double> only(hosts.size(), 0);    // only(h)
+  std::vector<double> beside(hosts.size(), 0);  // beside(h)
   std::vector<double> dev_in(devices.size(), 0);
   std::vector<double> dev_only(devices.size(), 0);   // dev_only(d)
   std::vector<double> home_only(devices.size(), 0);  // home(d): what only d has, for its host
@@ -251,8 +267,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
         tensor_pooled.add(b, hs);
       }
       for (DeviceId d : t.receivers)
-        if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end())
+        if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
           dev_in[devices.index_of(d)] += b;
+          if (const int h = hosts.index_of(cluster.host_of(d)); sends(h)) beside[h] += b;
+        }
       // A sole holder sends every byte some other receiver needs at least once.
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
                                                [&](DeviceId r) { return r != t.senders[0]; })) {
@@ -291,6 +309,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     if (only[h] > 0)
       bound = std::max(bound,
                        own_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
+  for (int h = 0; h < hosts.size(); ++h)
+    if (only[h] > 0 || beside[h] > 0)
+      bound = std::max(
+          bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], beside[h], in[h]));
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
     const double dev = cluster.device_bandwidth_of(id);

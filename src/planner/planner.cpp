@@ -337,8 +337,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                              kRailRoundBuckets * default_bucket_bytes(batch.cluster), level);
         if (!shop) break;
         try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
-        if (!near()) try_ops(detail::shop_ops(batch, *shop, jobs));
+        if (!near()) try_ops(detail::play_steps(batch, detail::shop_steps(*shop), jobs));
       }
+    // Slices with several receivers on rails whose pieces go host to host, played the same way.
+    if (!near() && any_into_several_nics(batch, jobs))
+      if (const auto steps = detail::rail_steps(
+              batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster)))
+        try_ops(detail::play_steps(batch, *steps, jobs));
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);

@@ -367,46 +367,181 @@ std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vect
   return out;
 }
 
-std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs) {
+std::vector<PlayStep> shop_steps(const Shop& shop) {
+  std::vector<PlayStep> steps;
+  for (const ShopPiece& p : shop.beside)
+    steps.push_back(
+        {.job = p.job, .slice = p.slice, .bytes = p.bytes, .from = p.holder, .to = p.receiver});
+  for (const ShopPiece& p : shop.across) {
+    const PlayStep step{.job = p.job, .slice = p.slice, .bytes = p.bytes};
+    int after = -1;
+    if (p.holder != p.sender) {
+      steps.push_back(step);
+      steps.back().from = p.holder;
+      steps.back().to = p.sender;
+      steps.back().hand_over = true;
+      after = static_cast<int>(steps.size()) - 1;
+    }
+    steps.push_back(step);
+    steps.back().from = p.sender;
+    steps.back().to = p.entry;
+    steps.back().after = after;
+    if (p.entry != p.receiver) {
+      after = static_cast<int>(steps.size()) - 1;
+      steps.push_back(step);
+      steps.back().from = p.entry;
+      steps.back().to = p.receiver;
+      steps.back().after = after;
+    }
+  }
+  return steps;
+}
+
+std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
+                                                int rounds, int64_t min_piece_bytes) {
+  const Cluster& c = batch.cluster;
+  bool several = false;
+  std::map<int, double> host_in, host_out;  // bytes into hosts that do not hold them, and out
+  for (const Job& job : jobs) {
+    if (!job.only_copies_follow()) return std::nullopt;
+    for (const Transfer& t : job.transfers) {
+      several = several || t.receivers.size() > 1;
+      const auto holding = hosts_of(t.candidates, c);
+      bool leaves = false;
+      for (int h : hosts_of(t.receivers, c))
+        if (std::find(holding.begin(), holding.end(), h) == holding.end()) {
+          host_in[h] += static_cast<double>(t.bytes);
+          leaves = true;
+        }
+      if (leaves)
+        for (int h : holding)
+          host_out[h] += static_cast<double>(t.bytes) / static_cast<double>(holding.size());
+    }
+  }
+  if (!several || host_in.empty()) return std::nullopt;
+  double busiest = 0;
+  for (const auto& side : {host_in, host_out})
+    for (const auto& [h, bytes] : side) busiest = std::max(busiest, bytes / used_nics(c, h));
+  const double piece = std::max(static_cast<double>(min_piece_bytes), busiest / rounds);
+
+  std::vector<double> port(c.devices(), 0);  // bytes each device sends, for the choices below
+  // Of `candidates` (or else of the devices of `host`) on NIC `nic`, the one with the least to
+  // send; -1 where none.
+  const auto least_on = [&](const std::vector<DeviceId>& candidates, int host, int nic) {
+    DeviceId best = -1;
+    const auto consider = [&](DeviceId d) {
+      if (c.host_of(d) == host && c.nic_of(d) == nic && (best < 0 || port[d] < port[best]))
+        best = d;
+    };
+    for (DeviceId d : candidates) consider(d);
+    if (best < 0 && candidates.empty())
+      for (int l = 0; l < c.devices_per_host; ++l) consider(c.device_id(host, l));
+    return best;
+  };
+  std::vector<PlayStep> steps;
+  const auto add = [&](const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
+                       bool hand_over = false) {
+    const int64_t bytes = slice.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype);
+    port[from] += static_cast<double>(bytes) / (c.host_of(from) == c.host_of(to)
+                                                    ? c.device_bandwidth_of(from)
+                                                    : c.single_nic_bandwidth_of(c.host_of(from)));
+    steps.push_back({.job = &job,
+                     .slice = slice,
+                     .bytes = bytes,
+                     .from = from,
+                     .to = to,
+                     .after = after,
+                     .hand_over = hand_over});
+    return static_cast<int>(steps.size()) - 1;
+  };
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers) {
+      const auto holding = hosts_of(t.candidates, c);
+      std::map<int, std::vector<DeviceId>> away;  // receivers on hosts that do not hold it
+      for (DeviceId r : t.receivers) {
+        const int h = c.host_of(r);
+        if (std::find(holding.begin(), holding.end(), h) == holding.end()) {
+          away[h].push_back(r);
+          continue;
+        }
+        DeviceId from = -1;  // the holder beside it with the least to send
+        for (DeviceId d : t.candidates)
+          if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
+        add(job, t.slice, from, r, -1);
+      }
+      if (away.empty()) continue;
+      const auto n =
+          static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
+      for (int j = 0; j < n; ++j) {
+        const Box slice = allgather_part(t.slice, n, j);
+        if (slice.empty()) continue;
+        // Piece j leaves holding host j (cyclic) by its NIC j, there from a holder on that NIC or
+        // handed over to that NIC's device with the least to send, and is chained through the
+        // other hosts on their NIC j, starting at host j (cyclic) after the holding host, each
+        // entered at a receiver on that NIC or else at its device with the least to send, which
+        // forwards it to the host's other receivers.
+        const int from_host = holding[static_cast<size_t>(j) % holding.size()];
+        const int rail = j % used_nics(c, from_host);
+        DeviceId sender = least_on(t.candidates, from_host, rail);
+        int after = -1;
+        if (sender < 0) {
+          sender = least_on({}, from_host, rail);
+          DeviceId holder = -1;
+          for (DeviceId d : t.candidates)
+            if (c.host_of(d) == from_host && (holder < 0 || port[d] < port[holder])) holder = d;
+          after = add(job, slice, holder, sender, -1, true);
+        }
+        std::vector<int> order;
+        for (const auto& [h, receivers] : away) order.push_back(h);
+        std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
+        std::rotate(
+            order.begin(),
+            order.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(j) % order.size()),
+            order.end());
+        for (int h : order) {
+          const std::vector<DeviceId>& receivers = away[h];
+          const int nic = rail % used_nics(c, h);
+          DeviceId entry = least_on(receivers, h, nic);
+          if (entry < 0) entry = least_on({}, h, nic);
+          after = add(job, slice, sender, entry, after);
+          for (DeviceId r : receivers)
+            if (r != entry) add(job, slice, entry, r, after);
+          sender = entry;
+        }
+      }
+    }
+  return steps;
+}
+
+std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
+                           const std::vector<Job>& jobs) {
   const Cluster& c = batch.cluster;
   const int stride = nic_stride(c);
   const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
-  // Every step of every piece: the hand-over, the send over the NICs, the forward; a piece beside
-  // its holder is one step over the device link.
   struct Step {
-    const ShopPiece* piece = nullptr;
+    const PlayStep* play = nullptr;
     DeviceId from = 0;
     DeviceId to = 0;
     bool across = false;  // over the NICs
     bool hand_over = false;
-    int next = -1;  // the step that waits for this one
     bool ready = false;
   };
   std::vector<Step> steps;
+  std::vector<std::vector<int>> waiting(plays.size());  // the steps that wait for each
   std::map<int, double> in_left, out_left;  // bytes each NIC has still to take in and send
-  for (const ShopPiece& p : shop.beside)
-    steps.push_back({.piece = &p, .from = p.holder, .to = p.receiver, .ready = true});
-  for (const ShopPiece& p : shop.across) {
-    const auto bytes = static_cast<double>(p.bytes);
-    in_left[nic_id(p.entry)] += bytes;
-    out_left[nic_id(p.sender)] += bytes;
-    if (p.holder != p.sender) {
-      steps.push_back({.piece = &p,
-                       .from = p.holder,
-                       .to = p.sender,
-                       .hand_over = true,
-                       .next = static_cast<int>(steps.size()) + 1,
-                       .ready = true});
+  for (const PlayStep& p : plays) {
+    const bool across = c.host_of(p.from) != c.host_of(p.to);
+    if (across) {
+      in_left[nic_id(p.to)] += static_cast<double>(p.bytes);
+      out_left[nic_id(p.from)] += static_cast<double>(p.bytes);
     }
-    steps.push_back({.piece = &p,
-                     .from = p.sender,
-                     .to = p.entry,
-                     .across = true,
-                     .ready = p.holder == p.sender});
-    if (p.entry != p.receiver) {
-      steps.back().next = static_cast<int>(steps.size());
-      steps.push_back({.piece = &p, .from = p.entry, .to = p.receiver});
-    }
+    if (p.after >= 0) waiting[p.after].push_back(static_cast<int>(steps.size()));
+    steps.push_back({.play = &p,
+                     .from = p.from,
+                     .to = p.to,
+                     .across = across,
+                     .hand_over = p.hand_over,
+                     .ready = p.after < 0});
   }
   std::vector<std::vector<int>> of_device(c.devices());
   for (int s = 0; s < static_cast<int>(steps.size()); ++s) of_device[steps[s].from].push_back(s);
@@ -498,7 +633,7 @@ std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector
       const int s = choose(d);
       if (s < 0) continue;
       const Step& st = steps[s];
-      const auto bytes = static_cast<double>(st.piece->bytes);
+      const auto bytes = static_cast<double>(st.play->bytes);
       busy[d] = true;
       started[s] = true;
       if (st.across) {
@@ -507,7 +642,7 @@ std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector
         out_left[nic_id(st.from)] -= bytes;
       }
       active.push_back({s, bytes});
-      ops.push_back(transfer_op({st.to}, 0, st.piece->slice, *st.piece->job, st.from, batch, 0));
+      ops.push_back(transfer_op({st.to}, 0, st.play->slice, *st.play->job, st.from, batch, 0));
     }
   };
   start_free_devices();
@@ -519,14 +654,14 @@ std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector
     std::vector<Flow> still;
     for (Flow& f : active) {
       f.left -= f.rate * dt;
-      if (f.left > 1e-9 * static_cast<double>(steps[f.step].piece->bytes)) {
+      if (f.left > 1e-9 * static_cast<double>(steps[f.step].play->bytes)) {
         still.push_back(f);
         continue;
       }
       const Step& st = steps[f.step];
       busy[st.from] = false;
       if (st.across) --flows_in[nic_id(st.to)];
-      if (st.next >= 0) steps[st.next].ready = true;
+      for (int next : waiting[f.step]) steps[next].ready = true;
     }
     active = std::move(still);
     start_free_devices();

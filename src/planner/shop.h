@@ -58,14 +58,42 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
 // last.
 std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs);
 
-// The shop's ops in the order a play of the simulator's rules starts them, each device choosing its
-// next op when its last one ends (then the copies of `jobs`): a hand-over its stage waits for;
-// else a send into a NIC that takes nothing now, the one with the most still to take in and send;
-// else a forward or a slice beside; else any hand-over; else a send into the NIC with the fewest
+// One send of a played plan: `from` sends `slice` of `job`'s task to `to` (over the device link, or
+// over their NICs where they are on different hosts) once step `after` brought it to `from` (-1:
+// `from` holds it).
+struct PlayStep {
+  const Job* job = nullptr;
+  Box slice = {};
+  int64_t bytes = 0;
+  DeviceId from = 0;
+  DeviceId to = 0;
+  int after = -1;
+  bool hand_over = false;  // to a device that sends it on over its NIC
+};
+
+// The shop's pieces as steps: each piece's hand-over, send and forward.
+std::vector<PlayStep> shop_steps(const Shop& shop);
+
+// Rails as steps, where some transfer has several receivers: each slice that leaves its holders'
+// hosts cut into pieces of the busiest host's bytes per NIC / `rounds` (at least
+// `min_piece_bytes`); piece j leaves holding host j (cyclic) by its NIC j, from a holder on that
+// NIC or handed over to the NIC's device with the least to send, and goes host to host through
+// the receiving hosts on their NIC j, starting at a different host piece by piece, each host
+// entered at a receiver on that NIC or else at its device with the least to send, which relays it
+// and forwards it to the host's other receivers; receivers on holding hosts get it from a holder
+// beside them. Else nullopt.
+std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
+                                                int rounds, int64_t min_piece_bytes);
+
+// The steps' ops in the order a play of the simulator's rules starts them, each device choosing
+// its next step when its last one ends (then the copies of `jobs`): a hand-over its stage waits
+// for; else a send into a NIC that takes nothing now, the one with the most still to take in and
+// send; else a send inside its host; else any hand-over; else a send into the NIC with the fewest
 // flows. Devices choose in order of what their NICs still have to send, and flows share the NICs
 // they cross max-min fairly, as in the simulator: a NIC that two sends share takes twice as long
 // for each, and a device whose every receiving NIC is busy still sends (it sends one op after
 // another), so the order decides how often that happens.
-std::vector<Op> shop_ops(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs);
+std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
+                           const std::vector<Job>& jobs);
 
 }  // namespace meshcast::detail
