@@ -514,7 +514,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 }
 
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
-                           const std::vector<Job>& jobs) {
+                           const std::vector<Job>& jobs, int stock) {
   const Cluster& c = batch.cluster;
   const int stride = nic_stride(c);
   const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
@@ -603,11 +603,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       if (started[s] || !st.ready) continue;
       std::tuple<int, int, double> key;
       if (st.hand_over) {
-        key = {busy[st.to] ? 3 : 0, 0, 0};
+        // First while its stage has fewer than `stock` sends it could start: a stage whose
+        // hand-overs come only when it idles leaves its NIC idle for each.
+        int stocked = 0;
+        for (int o : of_device[st.to]) stocked += !started[o] && steps[o].ready && steps[o].across;
+        key = {stocked < stock ? 0 : 3, 0, 0};
       } else if (st.across) {
         const int in = nic_id(st.to);
         const int n = flows_in[in];
-        key = {n == 0 ? 1 : 4, n, -in_left[in] - out_left[nic_id(st.from)]};
+        key = {n == 0 ? 1 : 4, n, -in_left[in]};
       } else {
         key = {2, 0, 0};
       }

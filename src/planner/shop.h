@@ -86,14 +86,14 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                                                 int rounds, int64_t min_piece_bytes);
 
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
-// its next step when its last one ends (then the copies of `jobs`): a hand-over its stage waits
-// for; else a send into a NIC that takes nothing now, the one with the most still to take in and
-// send; else a send inside its host; else any hand-over; else a send into the NIC with the fewest
-// flows. Devices choose in order of what their NICs still have to send, and flows share the NICs
-// they cross max-min fairly, as in the simulator: a NIC that two sends share takes twice as long
-// for each, and a device whose every receiving NIC is busy still sends (it sends one op after
-// another), so the order decides how often that happens.
+// its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
+// fewer than `stock` sends it could start; else a send into a NIC that takes nothing now, the one
+// with the most still to take in; else a send inside its host; else any hand-over; else a send
+// into the NIC with the fewest flows. Devices choose in order of what their NICs still have to
+// send, and flows share the NICs they cross max-min fairly, as in the simulator: a NIC that two
+// sends share takes twice as long for each, and a device whose every receiving NIC is busy still
+// sends (it sends one op after another), so the order decides how often that happens.
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
-                           const std::vector<Job>& jobs);
+                           const std::vector<Job>& jobs, int stock);
 
 }  // namespace meshcast::detail
