@@ -32,12 +32,18 @@ void add_share(Shares& shares, int to, double bytes) {
   shares.emplace_back(to, bytes);
 }
 
-// NICs are numbered host * stride + NIC index across the cluster.
-int nic_stride(const Cluster& c) {
-  int stride = 1;
-  for (int h = 0; h < c.hosts; ++h) stride = std::max(stride, c.nics_of(h));
-  return stride;
-}
+// Each NIC's id across the cluster: host * (the most NICs of a host) + its index on its host.
+class NicIds {
+ public:
+  explicit NicIds(const Cluster& c) : c_(c) {
+    for (int h = 0; h < c.hosts; ++h) stride_ = std::max(stride_, c.nics_of(h));
+  }
+  int operator()(DeviceId d) const { return c_.host_of(d) * stride_ + c_.nic_of(d); }
+
+ private:
+  const Cluster& c_;
+  int stride_ = 1;
+};
 
 // The NICs of `host` that have devices: only they carry traffic.
 int used_nics(const Cluster& c, int host) {
@@ -143,8 +149,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   // Three passes: sending, receiving knowing what each port sends, and both again knowing what
   // each port forwards.
   constexpr int kPasses = 3;
-  const int stride = nic_stride(c);
-  const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
+  const NicIds nic_id(c);
   const auto nic_time = [&](DeviceId d, double bytes) {
     return bytes / c.single_nic_bandwidth_of(c.host_of(d));
   };
@@ -284,8 +289,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
   // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together.
-  const int stride = nic_stride(c);
-  const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
+  const NicIds nic_id(c);
   std::map<int, double> out_bytes, in_bytes;
   for (const Flow& f : flows) {
     for (const auto& [d, bytes] : f.out) out_bytes[nic_id(d)] += bytes;
@@ -516,14 +520,10 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
                            const std::vector<Job>& jobs, int stock) {
   const Cluster& c = batch.cluster;
-  const int stride = nic_stride(c);
-  const auto nic_id = [&](DeviceId d) { return c.host_of(d) * stride + c.nic_of(d); };
+  const NicIds nic_id(c);
   struct Step {
     const PlayStep* play = nullptr;
-    DeviceId from = 0;
-    DeviceId to = 0;
     bool across = false;  // over the NICs
-    bool hand_over = false;
     bool ready = false;
   };
   std::vector<Step> steps;
@@ -536,15 +536,11 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       out_left[nic_id(p.from)] += static_cast<double>(p.bytes);
     }
     if (p.after >= 0) waiting[p.after].push_back(static_cast<int>(steps.size()));
-    steps.push_back({.play = &p,
-                     .from = p.from,
-                     .to = p.to,
-                     .across = across,
-                     .hand_over = p.hand_over,
-                     .ready = p.after < 0});
+    steps.push_back({.play = &p, .across = across, .ready = p.after < 0});
   }
   std::vector<std::vector<int>> of_device(c.devices());
-  for (int s = 0; s < static_cast<int>(steps.size()); ++s) of_device[steps[s].from].push_back(s);
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s)
+    of_device[steps[s].play->from].push_back(s);
 
   struct Flow {
     int step = 0;
@@ -561,14 +557,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     std::map<int, double> capacity;
     std::map<int, int> users;
     const auto nics_of = [&](const Step& s) {
-      return std::pair(nic_id(s.from), -1 - nic_id(s.to));
+      return std::pair(nic_id(s.play->from), -1 - nic_id(s.play->to));
     };
     for (Flow& f : active) {
       const Step& s = steps[f.step];
-      f.rate = s.across ? -1 : c.device_bandwidth_of(s.from);
+      f.rate = s.across ? -1 : c.device_bandwidth_of(s.play->from);
       if (!s.across) continue;
       const auto [out, in] = nics_of(s);
-      for (const auto& [nic, host] : {std::pair(out, c.host_of(s.from)), {in, c.host_of(s.to)}}) {
+      for (const auto& [nic, host] :
+           {std::pair(out, c.host_of(s.play->from)), {in, c.host_of(s.play->to)}}) {
         capacity.try_emplace(nic, c.single_nic_bandwidth_of(host));
         ++users[nic];
       }
@@ -602,14 +599,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       const Step& st = steps[s];
       if (started[s] || !st.ready) continue;
       std::tuple<int, int, double> key;
-      if (st.hand_over) {
+      if (st.play->hand_over) {
         // First while its stage has fewer than `stock` sends it could start: a stage whose
         // hand-overs come only when it idles leaves its NIC idle for each.
         int stocked = 0;
-        for (int o : of_device[st.to]) stocked += !started[o] && steps[o].ready && steps[o].across;
+        for (int o : of_device[st.play->to])
+          stocked += !started[o] && steps[o].ready && steps[o].across;
         key = {stocked < stock ? 0 : 3, 0, 0};
       } else if (st.across) {
-        const int in = nic_id(st.to);
+        const int in = nic_id(st.play->to);
         const int n = flows_in[in];
         key = {n == 0 ? 1 : 4, n, -in_left[in]};
       } else {
@@ -641,12 +639,13 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       busy[d] = true;
       started[s] = true;
       if (st.across) {
-        ++flows_in[nic_id(st.to)];
-        in_left[nic_id(st.to)] -= bytes;
-        out_left[nic_id(st.from)] -= bytes;
+        ++flows_in[nic_id(st.play->to)];
+        in_left[nic_id(st.play->to)] -= bytes;
+        out_left[nic_id(st.play->from)] -= bytes;
       }
       active.push_back({s, bytes});
-      ops.push_back(transfer_op({st.to}, 0, st.play->slice, *st.play->job, st.from, batch, 0));
+      ops.push_back(
+          transfer_op({st.play->to}, 0, st.play->slice, *st.play->job, st.play->from, batch, 0));
     }
   };
   start_free_devices();
@@ -663,8 +662,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         continue;
       }
       const Step& st = steps[f.step];
-      busy[st.from] = false;
-      if (st.across) --flows_in[nic_id(st.to)];
+      busy[st.play->from] = false;
+      if (st.across) --flows_in[nic_id(st.play->to)];
       for (int next : waiting[f.step]) steps[next].ready = true;
     }
     active = std::move(still);
