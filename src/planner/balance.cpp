@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "meshcast/sim/simulator.h"
 #include "timeline.h"
@@ -760,6 +761,22 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
     ops.clear();
     first = last;
   }
+  // A follow-up that gathers what a transfer into a holding host brings waits for those, which
+  // go last.
+  std::set<std::tuple<int, int, DeviceId>> brought_last;  // (tensor, task, receiver)
+  for (const auto& [job, t] : local)
+    for (DeviceId r : t->receivers) brought_last.emplace(job->tensor, job->task, r);
+  std::vector<Op> after_local;
+  const auto needs_local = [&](const Op& op) {
+    return std::any_of(op.pieces.begin(), op.pieces.end(), [&](const Piece& p) {
+      return std::any_of(op.receivers.begin(), op.receivers.end(), [&](DeviceId r) {
+        return brought_last.contains({p.tensor, p.task, r});
+      });
+    });
+  };
+  for (auto& [transfers, follow_ups] : rounds)
+    for (Op& op : std::exchange(follow_ups, {}))
+      (needs_local(op) ? after_local : follow_ups).push_back(std::move(op));
   std::vector<Op> waiting;  // follow-ups not placed yet
   for (size_t r = 0; r < rounds.size(); ++r) {
     auto& [transfers, follow_ups] = rounds[r];
@@ -791,6 +808,7 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
     ops.push_back(transfer_op(t->receivers, t->host_turn, t->slice, *job, sender, batch,
                               options.chunk_bytes));
   }
+  ops.insert(ops.end(), after_local.begin(), after_local.end());
   return ops;
 }
 

@@ -421,11 +421,24 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
   return cut_by_weights(slice, weights);
 }
 
+// Per task (tensor, index): the devices that a follow-up other than a copy (a gather) serves some
+// of its slice.
+std::map<std::pair<int, int>, std::set<DeviceId>> gathered_receivers(const std::vector<Job>& jobs) {
+  std::map<std::pair<int, int>, std::set<DeviceId>> gathered;
+  for (const Job& job : jobs)
+    for (const Op& op : job.then)
+      if (op.kind != OpKind::copy)
+        for (const Piece& p : op.pieces)
+          gathered[{p.tensor, p.task}].insert(op.receivers.begin(), op.receivers.end());
+  return gathered;
+}
+
 // Rail i of a slice leaves each holding host by its NIC i mod n (n: the host's NICs with devices),
 // as on a rail-optimised fabric: only the holders on that NIC may send it, where some are. Else
 // the balance could send every rail from one NIC's holders while the others idled. Where one host
 // holds the slice, or no holder is on that NIC (or `beside`), on each holding host a device of
-// that NIC that neither holds nor receives the slice, nor is in `senders`, may stage it
+// that NIC that neither holds nor receives the slice (by `whole` or, `elsewhere`, by another
+// transfer or a gather: it would take some elements twice), nor is in `senders`, may stage it
 // (Transfer::stages), handed over by the host's holders on the NIC, or by any of its holders
 // where none is: a holder hands the rail over the device link, in a tenth of the NIC's time or
 // so, and is free again for its other rails and slices while the stage sends it on (with stages
@@ -435,7 +448,8 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
 // a holder on the NIC nor a stage does not send the rail, unless no host can.
 // (A stage cannot simply join the chain: the holder would hold its own send port as long as the
 // stage's NIC hop takes, and the rails would still leave one at a time.)
-void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<DeviceId>& senders,
+void leave_by_rail(Transfer& rail, int i, const Transfer& whole,
+                   const std::set<DeviceId>& elsewhere, const std::set<DeviceId>& senders,
                    bool beside, bool only_stages, const Cluster& cluster) {
   const auto nic_of_rail = [&](int host) {
     return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
@@ -457,7 +471,8 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
     for (int local = nic; local < cluster.devices_per_host && !stage;
          local += cluster.nics_of(host)) {
       const DeviceId d = first + local;
-      if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d))
+      if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d) &&
+          !elsewhere.contains(d))
         stage = d;
     }
     // Where one host holds the slice and that NIC's devices are its receivers, the first of them
@@ -466,7 +481,7 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole, const std::set<
                               [&](DeviceId d) { return cluster.host_of(d) == host; }))
       for (DeviceId d : whole.receivers)
         if (cluster.host_of(d) == host && cluster.nic_of(d) == nic && !holds(rail.candidates, d) &&
-            !senders.contains(d)) {
+            !senders.contains(d) && !elsewhere.contains(d)) {
           stage = d;
           rail.stage_receives = true;
           break;
@@ -525,6 +540,7 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
   for (const Job& job : jobs)
     for (const Transfer& t : job.transfers)
       senders.insert(t.candidates.begin(), t.candidates.end());
+  auto gathered = gathered_receivers(jobs);
   std::vector<Job> out;
   for (const Job& job : jobs) {
     const bool only_copies = job.only_copies_follow();
@@ -547,7 +563,8 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
       for (const Transfer& u : staged.transfers)
         if (intersect(u.slice, t.slice).volume() > 0) add(u.stages);
       if (only_copies && !away.receivers.empty())
-        leave_by_rail(away, cluster.nic_of(t.candidates[0]), overlapping, senders,
+        leave_by_rail(away, cluster.nic_of(t.candidates[0]), overlapping,
+                      gathered[{job.tensor, job.task}], senders,
                       /*beside=*/true, /*only_stages=*/false, cluster);
       if (away.stage_receives && !holds(t.receivers, away.stages[0])) away.stages.clear();
       if (away.stages.empty()) {
@@ -693,6 +710,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
   for (const auto& [d, bytes] : home_and_away)
     if (bytes.second > 0) home_share[d] = bytes.first / bytes.second;
   const auto loads = ports ? port_loads(jobs, cluster) : std::map<int, std::vector<double>>();
+  auto gathered = gathered_receivers(jobs);
   std::vector<Job> out;
   std::map<int, int> jobs_into;  // per host: the jobs laid on rails into it so far
   const auto first = [](int) { return 0; };
@@ -711,6 +729,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     }
     const int n = round_count(job, largest_rail, rounds, min_round_bytes);
     const int element = element_size(batch, job.tensor);
+    std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
     for (int round = 0; round < n; ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
       for (const Transfer& t : job.transfers) {
@@ -724,6 +743,18 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           part.transfers.push_back(std::move(whole));
           continue;
         }
+        // What receives the slice by the job's other transfers (as a receiver, the device a
+        // rail enters its host by, or the stage of a rail of an overlapping slice laid before, in
+        // any round: rounds cut each transfer's slice their own way) or a gather may not stage it.
+        std::set<DeviceId> elsewhere = gathered[{job.tensor, job.task}];
+        for (const Transfer& u : job.transfers)
+          if (&u != &t) {
+            elsewhere.insert(u.receivers.begin(), u.receivers.end());
+            for (const RailHost& h : rail_hosts(u, cluster, per_receiver, first))
+              elsewhere.insert(h.rails.begin(), h.rails.end());
+            if (intersect(u.slice, t.slice).volume() > 0)
+              elsewhere.insert(stages_of[&u].begin(), stages_of[&u].end());
+          }
         // The rails from the holders' NIC on first, so that holders on different NICs, which
         // send their rails one after another, start on different rails.
         const int start = cluster.nic_of(t.candidates[0]) % g;
@@ -734,7 +765,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, whole, senders, beside, only_stages, cluster);
+          leave_by_rail(rail, i, whole, elsewhere, senders, beside, only_stages, cluster);
+          stages_of[&t].insert(rail.stages.begin(), rail.stages.end());
           rail.splittable = false;
           rail.host_turn = round;
           part.transfers.push_back(std::move(rail));
@@ -742,6 +774,25 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         std::vector<Transfer*> by_rail(g);  // the rails just added, by rail index
         for (int j = 0; j < g; ++j) by_rail[(start + j) % g] = &part.transfers.end()[j - g];
         const auto parts = rail_parts(whole, by_rail, sources, home_share, loads, cluster);
+        // A rail with bytes may not enter a host at a device that receives the slice otherwise
+        // (by another transfer, a gather, or a copy as a receiver that holds it: a part helped
+        // from afar, helped_jobs, enters a host whose holders serve it): it would take those
+        // elements twice. Such a transfer goes whole.
+        const auto receives_otherwise = [&](DeviceId d) {
+          return !holds(t.receivers, d) &&
+                 (elsewhere.contains(d) ||
+                  std::any_of(job.then.begin(), job.then.end(),
+                              [&](const Op& op) { return holds(op.receivers, d); }));
+        };
+        if (std::any_of(hosts.begin(), hosts.end(), [&](const RailHost& h) {
+              for (int i = 0; i < g; ++i)
+                if (parts[i].volume() > 0 && receives_otherwise(h.rails[i])) return true;
+              return false;
+            })) {
+          part.transfers.resize(part.transfers.size() - static_cast<size_t>(g));
+          part.transfers.push_back(std::move(whole));
+          continue;
+        }
         for (int i = 0; i < g; ++i) {
           by_rail[i]->slice = parts[i];
           by_rail[i]->bytes = parts[i].volume() * element;

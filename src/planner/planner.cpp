@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "balance.h"
 #include "bucket.h"
 #include "jobs.h"
 #include "meshcast/error.h"
+#include "meshcast/plan/validate.h"
 #include "meshcast/planner/estimate.h"
 #include "meshcast/planner/lower_bound.h"
 #include "meshcast/sim/simulator.h"
@@ -159,6 +161,12 @@ std::vector<detail::Job> halved(const Batch& batch, const std::vector<detail::Jo
   return out;
 }
 
+#ifdef NDEBUG
+constexpr bool kStopAtInvalidCandidates = false;
+#else
+constexpr bool kStopAtInvalidCandidates = true;
+#endif
+
 // make_plan, and the simulated time of the plan it returns where it simulated that plan (as it
 // is, or fused into the same buckets: the simulator's time does not depend on op ids).
 std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
@@ -217,7 +225,26 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     };
     double best = fused_time(plan.ops);  // of plan.ops fused into the default buckets
     const auto near = [&] { return best <= kNearTheBound * plan.lower_bound_s; };
+    // The candidates' stages, relays and forwards are laid by heuristics: one that would deliver
+    // an element twice (a stage that also receives its slice another way) or miss one is not a
+    // plan, and is dropped however fast it looks. Debug builds (the sanitizers' tests) stop there
+    // instead, so that such a candidate is found and mended rather than hidden.
+    const auto delivers_once = [&](const std::vector<Op>& ops) {
+      Plan candidate{
+          .batch = batch, .strategy = plan.strategy, .balance = plan.balance, .ops = ops};
+      for (int i = 0; i < static_cast<int>(candidate.ops.size()); ++i) candidate.ops[i].id = i;
+      try {
+        validate_plan(candidate);
+        return true;
+      } catch (const InvalidArgument& e) {
+        if (kStopAtInvalidCandidates)
+          throw std::logic_error(
+              fmt::format("planner: a candidate plan is not valid: {}", e.what()));
+        return false;
+      }
+    };
     const auto try_ops = [&](std::vector<Op> ops) {
+      if (!delivers_once(ops)) return;
       if (const double time = fused_time(ops); time < best) {
         best = time;
         plan.ops = std::move(ops);
@@ -334,23 +361,28 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // Slices that each go to one receiver, spread over every NIC of their hosts by bytes or by
     // the ports that carry them, through stages and forwards the greedy may not move (it sends a
     // piece from its holder where that ends it soonest, which puts the pieces back on their
-    // holders' NICs), and played device by device as the simulator plays them.
-    if (any_into_several_nics(batch, jobs))
-      for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
-        if (near()) break;
-        const auto shop =
-            detail::nic_shop(batch, jobs, kShopRounds,
-                             kRailRoundBuckets * default_bucket_bytes(batch.cluster), level);
-        if (!shop) break;
-        try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
-        if (!near())
-          try_ops(detail::play_steps(batch, detail::shop_steps(*shop), jobs, kShopStock));
-      }
-    // Slices with several receivers on rails whose pieces go host to host, played the same way.
-    if (!near() && any_into_several_nics(batch, jobs))
-      if (const auto steps = detail::rail_steps(
-              batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster)))
-        try_ops(detail::play_steps(batch, *steps, jobs, kRailStock));
+    // holders' NICs), and played device by device as the simulator plays them. With one NIC per
+    // host too: the play alone, in pieces, can order what the greedy sends whole (and one NIC
+    // levels the same way by bytes as by ports).
+    for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
+      if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, jobs)))
+        break;
+      const auto shop = detail::nic_shop(
+          batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), level);
+      if (!shop) break;
+      try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
+      if (!near()) try_ops(detail::play_steps(batch, detail::shop_steps(*shop), jobs, kShopStock));
+    }
+    // Slices with several receivers on rails whose pieces go host to host, played the same way;
+    // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
+    // hosts forward what they took in while the holders send the next pieces.
+    for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy}) {
+      if (near()) break;
+      const auto steps = detail::rail_steps(
+          batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick);
+      if (!steps) break;
+      try_ops(detail::play_steps(batch, *steps, jobs, kRailStock));
+    }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);

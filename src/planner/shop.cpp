@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -18,6 +19,9 @@ struct Flow {
   const Transfer* transfer = nullptr;
   std::vector<DeviceId> holders = {};
   DeviceId receiver = 0;
+  // Devices that receive the slice by another transfer: none may stage or forward it, as it would
+  // take those elements twice.
+  std::vector<DeviceId> barred = {};
   Shares out = {};  // by the device of the holders' host that sends it over its NIC
   Shares in = {};   // by the device of the receiver's host it enters at
   double bytes() const { return static_cast<double>(transfer->bytes); }
@@ -51,10 +55,11 @@ int used_nics(const Cluster& c, int host) {
 }
 
 // Moves bytes of `shares` (one list per slice, (NIC index, bytes), all on one host of `nics` NICs)
-// from the NICs above their mean to those below it, largest slices first; first only to NICs where
-// `free_on(slice, nic)` says the slice needs no stage, then anywhere.
-template <typename FreeOn>
-void level_bytes(std::vector<Shares*> shares, int nics, FreeOn free_on) {
+// from the NICs above their mean to those below it, largest slices first, only to NICs where
+// `can_take(slice, nic)`; first only to those where `free_on(slice, nic)` says the slice needs no
+// stage, then anywhere.
+template <typename CanTake, typename FreeOn>
+void level_bytes(std::vector<Shares*> shares, int nics, CanTake can_take, FreeOn free_on) {
   std::vector<double> load(nics, 0);
   std::vector<double> total(shares.size(), 0);
   for (size_t i = 0; i < shares.size(); ++i)
@@ -76,7 +81,8 @@ void level_bytes(std::vector<Shares*> shares, int nics, FreeOn free_on) {
           for (const auto& [n, bytes] : *shares[i])
             if (n == from) on = bytes;
           const double move = std::min({on, load[from] - mean, mean - load[to]});
-          if (to == from || move <= 0 || (!anywhere && !free_on(i, to))) continue;
+          if (to == from || move <= 0 || !can_take(i, to) || (!anywhere && !free_on(i, to)))
+            continue;
           add_share(*shares[i], from, -move);
           add_share(*shares[i], to, move);
           load[from] -= move;
@@ -102,21 +108,40 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
     by_sender[host].push_back(&f);
     by_receiver[c.host_of(f.receiver)].push_back(&f);
   }
+  // Each NIC's share to a holder on it, else to its device with the least to send that may stage
+  // the slice (-1 where none may).
+  std::vector<double> sending(c.devices(), 0);
+  const auto stage = [&](const Flow& f, int host, int nic) {
+    DeviceId best = -1;
+    for (int l = nic; l < c.devices_per_host; l += c.nics_of(host))
+      if (const DeviceId d = c.device_id(host, l);
+          std::find(f.barred.begin(), f.barred.end(), d) == f.barred.end() &&
+          (best < 0 || sending[d] < sending[best]))
+        best = d;
+    return best;
+  };
   for (auto& [host, of] : by_sender) {
     std::vector<Shares*> shares;
     for (Flow* f : of) shares.push_back(&f->out);
-    level_bytes(shares, used_nics(c, host), [&](size_t i, int nic) {
+    const auto holder_on = [&](size_t i, int nic) {
       return std::any_of(of[i]->holders.begin(), of[i]->holders.end(),
                          [&](DeviceId d) { return c.nic_of(d) == nic; });
-    });
+    };
+    level_bytes(
+        shares, used_nics(c, host),
+        [&](size_t i, int nic) { return holder_on(i, nic) || stage(*of[i], host, nic) >= 0; },
+        holder_on);
   }
   for (auto& [host, of] : by_receiver) {
     std::vector<Shares*> shares;
     for (Flow* f : of) shares.push_back(&f->in);
-    level_bytes(shares, used_nics(c, host), [](size_t, int) { return false; });
+    level_bytes(
+        shares, used_nics(c, host),
+        [&](size_t i, int nic) {
+          return c.nic_of(of[i]->receiver) == nic || stage(*of[i], host, nic) >= 0;
+        },
+        [](size_t, int) { return false; });
   }
-  // Each NIC's share to a holder on it, else to its device with the least to send.
-  std::vector<double> sending(c.devices(), 0);
   for (const Flow& f : flows)
     for (const auto& [n, bytes] : f.out)
       for (DeviceId d : f.holders)
@@ -124,21 +149,15 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
           sending[d] += bytes;
           break;
         }
-  const auto stage = [&](int host, int nic) {
-    DeviceId best = c.device_id(host, nic);
-    for (int l = nic + c.nics_of(host); l < c.devices_per_host; l += c.nics_of(host))
-      if (const DeviceId d = c.device_id(host, l); sending[d] < sending[best]) best = d;
-    return best;
-  };
   for (Flow& f : flows) {
     for (auto& [n, bytes] : f.out) {
       const int nic = n;
-      n = stage(c.host_of(f.holders[0]), nic);
+      n = stage(f, c.host_of(f.holders[0]), nic);
       for (DeviceId d : f.holders)
         if (c.nic_of(d) == nic) n = d;
     }
     for (auto& [n, bytes] : f.in)
-      n = c.nic_of(f.receiver) == n ? f.receiver : stage(c.host_of(f.receiver), n);
+      n = c.nic_of(f.receiver) == n ? f.receiver : stage(f, c.host_of(f.receiver), n);
   }
 }
 
@@ -158,6 +177,9 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   const auto holds = [](const Flow& f, DeviceId d) {
     return std::find(f.holders.begin(), f.holders.end(), d) != f.holders.end();
   };
+  const auto barred = [](const Flow& f, DeviceId d) {
+    return std::find(f.barred.begin(), f.barred.end(), d) != f.barred.end();
+  };
   // The holder that hands `f`'s bytes to a stage (as nic_shop's pieces have it).
   const auto handing = [](const Flow& f) { return f.holders[0]; };
   const auto send_quantum = [&](Flow& f, double q) {
@@ -167,8 +189,9 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     for (int l = 0; l < c.devices_per_host; ++l) {
       const DeviceId d = c.device_id(host, l);
       // A device stages only a NIC without a holder of the slice.
-      if (!holds(f, d) && std::any_of(f.holders.begin(), f.holders.end(),
-                                      [&](DeviceId h) { return c.nic_of(h) == c.nic_of(d); }))
+      if (!holds(f, d) &&
+          (barred(f, d) || std::any_of(f.holders.begin(), f.holders.end(),
+                                       [&](DeviceId h) { return c.nic_of(h) == c.nic_of(d); })))
         continue;
       double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
       if (!holds(f, d)) {
@@ -192,7 +215,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     for (int l = 0; l < c.devices_per_host; ++l) {
       const DeviceId d = c.device_id(host, l);
       // The receiver's NIC is entered at the receiver, another NIC at any of its devices.
-      if (d != f.receiver && c.nic_of(d) == c.nic_of(f.receiver)) continue;
+      if (d != f.receiver && (c.nic_of(d) == c.nic_of(f.receiver) || barred(f, d))) continue;
       double time = in[nic_id(d)] + nic_time(d, q);
       if (d != f.receiver) time = std::max(time, port[d] + link_time(d, q));
       if (best < 0 || time < best_time) {
@@ -278,6 +301,8 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     Flow f{.job = job, .transfer = t, .receiver = receiver};
     for (DeviceId d : t->candidates)
       if (c.host_of(d) == host) f.holders.push_back(d);
+    for (const Transfer& u : job->transfers)
+      if (&u != t) f.barred.insert(f.barred.end(), u.receivers.begin(), u.receivers.end());
     host_out[host] += f.bytes();
     flows.push_back(std::move(f));
   }
@@ -402,7 +427,8 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
 }
 
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
-                                                int rounds, int64_t min_piece_bytes) {
+                                                int rounds, int64_t min_piece_bytes,
+                                                RailPick pick) {
   const Cluster& c = batch.cluster;
   bool several = false;
   std::map<int, double> host_in, host_out;  // bytes into hosts that do not hold them, and out
@@ -428,13 +454,18 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     for (const auto& [h, bytes] : side) busiest = std::max(busiest, bytes / used_nics(c, h));
   const double piece = std::max(static_cast<double>(min_piece_bytes), busiest / rounds);
 
-  std::vector<double> port(c.devices(), 0);  // bytes each device sends, for the choices below
-  // Of `candidates` (or else of the devices of `host`) on NIC `nic`, the one with the least to
-  // send; -1 where none.
-  const auto least_on = [&](const std::vector<DeviceId>& candidates, int host, int nic) {
+  const NicIds nic_id(c);
+  // Seconds each device sends and each NIC takes in, for the choices below.
+  std::vector<double> port(c.devices(), 0);
+  std::map<int, double> nic_in;
+  // Of `candidates` (or else of the devices of `host` but those `barred`) on NIC `nic`, the one
+  // with the least to send; -1 where none.
+  const auto least_on = [&](const std::vector<DeviceId>& candidates, int host, int nic,
+                            const std::vector<DeviceId>& barred = {}) {
     DeviceId best = -1;
     const auto consider = [&](DeviceId d) {
-      if (c.host_of(d) == host && c.nic_of(d) == nic && (best < 0 || port[d] < port[best]))
+      if (c.host_of(d) == host && c.nic_of(d) == nic && (best < 0 || port[d] < port[best]) &&
+          std::find(barred.begin(), barred.end(), d) == barred.end())
         best = d;
     };
     for (DeviceId d : candidates) consider(d);
@@ -446,9 +477,11 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   const auto add = [&](const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
                        bool hand_over = false) {
     const int64_t bytes = slice.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype);
-    port[from] += static_cast<double>(bytes) / (c.host_of(from) == c.host_of(to)
-                                                    ? c.device_bandwidth_of(from)
-                                                    : c.single_nic_bandwidth_of(c.host_of(from)));
+    const bool across = c.host_of(from) != c.host_of(to);
+    port[from] += static_cast<double>(bytes) / (across ? c.single_nic_bandwidth_of(c.host_of(from))
+                                                       : c.device_bandwidth_of(from));
+    if (across)
+      nic_in[nic_id(to)] += static_cast<double>(bytes) / c.single_nic_bandwidth_of(c.host_of(to));
     steps.push_back({.job = &job,
                      .slice = slice,
                      .bytes = bytes,
@@ -458,10 +491,32 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                      .hand_over = hand_over});
     return static_cast<int>(steps.size()) - 1;
   };
+  // A step of a piece's chain, before it is added: `after` indexes the chain's own steps.
+  struct Hop {
+    DeviceId from = -1, to = -1;
+    int after = -1;
+    bool hand_over = false;
+  };
+  // The busiest of the ports and receiving NICs a chain uses once it is added, in seconds.
+  const auto load_after = [&](const std::vector<Hop>& hops, double bytes) {
+    std::map<int, double> added;  // devices as id, receiving NICs as -1 - id
+    for (const Hop& hop : hops) {
+      const bool across = c.host_of(hop.from) != c.host_of(hop.to);
+      added[hop.from] += bytes / (across ? c.single_nic_bandwidth_of(c.host_of(hop.from))
+                                         : c.device_bandwidth_of(hop.from));
+      if (across)
+        added[-1 - nic_id(hop.to)] += bytes / c.single_nic_bandwidth_of(c.host_of(hop.to));
+    }
+    double most = 0;
+    for (const auto& [key, seconds] : added)
+      most = std::max(most, seconds + (key >= 0 ? port[key] : nic_in[-1 - key]));
+    return most;
+  };
   for (const Job& job : jobs)
     for (const Transfer& t : job.transfers) {
       const auto holding = hosts_of(t.candidates, c);
       std::map<int, std::vector<DeviceId>> away;  // receivers on hosts that do not hold it
+      std::map<DeviceId, int> beside;  // the others, and the step that brings them the slice
       for (DeviceId r : t.receivers) {
         const int h = c.host_of(r);
         if (std::find(holding.begin(), holding.end(), h) == holding.end()) {
@@ -471,47 +526,85 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
         DeviceId from = -1;  // the holder beside it with the least to send
         for (DeviceId d : t.candidates)
           if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
-        add(job, t.slice, from, r, -1);
+        beside[r] = add(job, t.slice, from, r, -1);
       }
       if (away.empty()) continue;
+      // A device that receives the slice by another transfer (a receiver beside other holders)
+      // may not stage it: it would take those elements twice.
+      std::vector<DeviceId> barred;
+      for (const Transfer& u : job.transfers)
+        if (&u != &t) barred.insert(barred.end(), u.receivers.begin(), u.receivers.end());
+      std::map<DeviceId, std::vector<int>> staged;  // pieces handed over to receivers beside
       const auto n =
           static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
+      std::vector<int> order;  // the hosts after the holding host, cyclic
+      for (const auto& [h, receivers] : away) order.push_back(h);
       for (int j = 0; j < n; ++j) {
         const Box slice = allgather_part(t.slice, n, j);
         if (slice.empty()) continue;
-        // Piece j leaves holding host j (cyclic) by its NIC j, there from a holder on that NIC or
-        // handed over to that NIC's device with the least to send, and is chained through the
-        // other hosts on their NIC j, starting at host j (cyclic) after the holding host, each
-        // entered at a receiver on that NIC or else at its device with the least to send, which
-        // forwards it to the host's other receivers.
+        // A holder's port also hands its pieces over, and a receiver's port forwards to the
+        // receivers beside it, so equal rails can leave the other ports waiting for theirs; but
+        // choosing piece by piece can also crowd a rail that pays off only later.
         const int from_host = holding[static_cast<size_t>(j) % holding.size()];
-        const int rail = j % used_nics(c, from_host);
-        DeviceId sender = least_on(t.candidates, from_host, rail);
-        int after = -1;
-        if (sender < 0) {
-          sender = least_on({}, from_host, rail);
-          DeviceId holder = -1;
-          for (DeviceId d : t.candidates)
-            if (c.host_of(d) == from_host && (holder < 0 || port[d] < port[holder])) holder = d;
-          after = add(job, slice, holder, sender, -1, true);
-        }
-        std::vector<int> order;
-        for (const auto& [h, receivers] : away) order.push_back(h);
+        std::sort(order.begin(), order.end());
         std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
-        std::rotate(
-            order.begin(),
-            order.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(j) % order.size()),
-            order.end());
-        for (int h : order) {
-          const std::vector<DeviceId>& receivers = away[h];
-          const int nic = rail % used_nics(c, h);
-          DeviceId entry = least_on(receivers, h, nic);
-          if (entry < 0) entry = least_on({}, h, nic);
-          after = add(job, slice, sender, entry, after);
-          for (DeviceId r : receivers)
-            if (r != entry) add(job, slice, entry, r, after);
-          sender = entry;
+        std::vector<Hop> best;
+        double best_load = -1;
+        for (int k = 0; k < used_nics(c, from_host); ++k) {
+          if (pick == RailPick::cyclic && !best.empty()) break;
+          const int rail = (j + k) % used_nics(c, from_host);
+          std::vector<Hop> hops;
+          DeviceId sender = least_on(t.candidates, from_host, rail);
+          int after = -1;
+          if (sender < 0) {
+            sender = least_on({}, from_host, rail, barred);
+            if (sender < 0) continue;
+            DeviceId holder = -1;
+            for (DeviceId d : t.candidates)
+              if (c.host_of(d) == from_host && (holder < 0 || port[d] < port[holder])) holder = d;
+            hops.push_back({holder, sender, -1, true});
+            after = 0;
+          }
+          for (int h : order) {
+            const std::vector<DeviceId>& receivers = away[h];
+            const int nic = rail % used_nics(c, h);
+            DeviceId entry = least_on(receivers, h, nic);
+            if (entry < 0) entry = least_on({}, h, nic);
+            hops.push_back({sender, entry, after, false});
+            after = static_cast<int>(hops.size()) - 1;
+            for (DeviceId r : receivers)
+              if (r != entry) hops.push_back({entry, r, after, false});
+            sender = entry;
+          }
+          const double load = load_after(
+              hops, static_cast<double>(slice.volume() *
+                                        dtype_size(batch.tensors[job.tensor].tensor.dtype)));
+          if (best_load < 0 || load < best_load - 1e-12) {
+            best_load = load;
+            best = std::move(hops);
+          }
         }
+        std::vector<int> added;
+        for (const Hop& hop : best) {
+          added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
+                              hop.hand_over));
+          if (hop.hand_over && beside.contains(hop.to)) staged[hop.to].push_back(j);
+        }
+      }
+      // A receiver beside the holders that staged pieces has them: it takes only the others.
+      for (const auto& [r, pieces] : staged) {
+        const int whole = beside[r];
+        const PlayStep step = steps[whole];
+        port[step.from] -= static_cast<double>(step.bytes) / c.device_bandwidth_of(step.from);
+        steps.erase(steps.begin() + whole);
+        for (auto& [other, index] : beside)
+          if (index > whole) --index;
+        for (PlayStep& later : std::span(steps).subspan(static_cast<size_t>(whole)))
+          if (later.after > whole) --later.after;
+        for (int j = 0; j < n; ++j)
+          if (std::find(pieces.begin(), pieces.end(), j) == pieces.end())
+            if (const Box slice = allgather_part(t.slice, n, j); !slice.empty())
+              add(job, slice, step.from, r, -1);
       }
     }
   return steps;

@@ -76,14 +76,17 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 
 // Rails as steps, where some transfer has several receivers: each slice that leaves its holders'
 // hosts cut into pieces of the busiest host's bytes per NIC / `rounds` (at least
-// `min_piece_bytes`); piece j leaves holding host j (cyclic) by its NIC j, from a holder on that
-// NIC or handed over to the NIC's device with the least to send, and goes host to host through
-// the receiving hosts on their NIC j, starting at a different host piece by piece, each host
-// entered at a receiver on that NIC or else at its device with the least to send, which relays it
-// and forwards it to the host's other receivers; receivers on holding hosts get it from a holder
-// beside them. Else nullopt.
+// `min_piece_bytes`); piece j leaves holding host j (cyclic) by one of its NICs, from a holder on
+// that NIC or handed over to the NIC's device with the least to send, and goes host to host
+// through the receiving hosts in a ring (each to the next host after it) on the same NIC, each
+// host entered at a receiver on that NIC or else at its device with the least to send, which
+// relays it and forwards it to the host's other receivers; receivers on holding hosts get it from
+// a holder beside them (one that is a stage too, the pieces it was not handed over). The NIC is j's
+// (cyclic) for `RailPick::cyclic`, else the one whose busiest device port or receiving NIC ends
+// least busy. Else nullopt.
+enum class RailPick { cyclic, least_busy };
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
-                                                int rounds, int64_t min_piece_bytes);
+                                                int rounds, int64_t min_piece_bytes, RailPick pick);
 
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
