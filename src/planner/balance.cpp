@@ -430,7 +430,7 @@ class OrderPlanner {
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];
       const int home_host = cluster.host_of(sender);
-      if (t.stage_receives) {  // the rail must go through its stage
+      if (t.through_stage) {
         const DeviceId stage = t.stages[0];
         consider(ops_of(op_to({stage}, sender), op_to(t.receivers, stage)), {-1, 0});
         continue;

@@ -484,6 +484,7 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole,
             !senders.contains(d) && !elsewhere.contains(d)) {
           stage = d;
           rail.stage_receives = true;
+          rail.through_stage = true;
           break;
         }
     if (!stage) continue;

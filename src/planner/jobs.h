@@ -24,9 +24,11 @@ struct Transfer {
   // should leave that host by: balance order may also send the slice to the stage of its sender's
   // host over the device link, and from it to the receivers.
   std::vector<DeviceId> stages = {};
-  // The slice must go through the one stage: a rail whose stage is a receiver of the whole slice
-  // on the one holders' host, which keeps it as its part and gets the other parts by other
-  // transfers; or a piece of nic_shop (shop.h) that leaves by its stage's NIC.
+  // Balance order sends the slice through the one stage only: a rail whose stage receives it
+  // (below), or a piece of nic_shop (shop.h) that leaves by its stage's NIC.
+  bool through_stage = false;
+  // The one stage is a receiver of the whole slice on the one holders' host, which keeps this
+  // rail as its part and gets the other parts by other transfers (with through_stage).
   bool stage_receives = false;
   // A chain through several other hosts starts at the `host_turn`-th of them (cyclic, in id
   // order): rails turn it round by round, so that each host relays only some rounds and, while

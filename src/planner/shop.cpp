@@ -381,7 +381,7 @@ std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vect
         .slice = p.slice, .bytes = p.bytes, .receivers = {p.entry}, .candidates = {p.holder}};
     if (p.holder != p.sender) {
       t.stages = {p.sender};
-      t.stage_receives = true;
+      t.through_stage = true;
     }
     Job job{.tensor = p.job->tensor, .task = p.job->task, .transfers = {t}, .round = p.round};
     if (p.entry != p.receiver)

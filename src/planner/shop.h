@@ -54,7 +54,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
                              int64_t min_piece_bytes, ShopLevel level);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
-// stage where it has one (Transfer::stage_receives), followed by its forward; the copies of `jobs`
+// stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
 // last.
 std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs);
 
