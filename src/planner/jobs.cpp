@@ -730,6 +730,20 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     }
     const int n = round_count(job, largest_rail, rounds, min_round_bytes);
     const int element = element_size(batch, job.tensor);
+    // Per transfer, what receives its slice otherwise may not stage it: the job's other
+    // transfers' receivers and the devices their rails enter a host by, and a gather's members;
+    // nor (below) the stages of a rail of an overlapping slice laid before, in any round: rounds
+    // cut each transfer's slice their own way.
+    std::map<const Transfer*, std::set<DeviceId>> received_otherwise;
+    for (const Transfer& t : job.transfers) {
+      std::set<DeviceId>& devices = received_otherwise[&t];
+      devices = gathered[{job.tensor, job.task}];
+      for (DeviceId r : job.receivers_besides(t)) devices.insert(r);
+      for (const Transfer& u : job.transfers)
+        if (&u != &t)
+          for (const RailHost& h : rail_hosts(u, cluster, per_receiver, first))
+            devices.insert(h.rails.begin(), h.rails.end());
+    }
     std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
     for (int round = 0; round < n; ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
@@ -744,18 +758,10 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           part.transfers.push_back(std::move(whole));
           continue;
         }
-        // What receives the slice by the job's other transfers (as a receiver, the device a
-        // rail enters its host by, or the stage of a rail of an overlapping slice laid before, in
-        // any round: rounds cut each transfer's slice their own way) or a gather may not stage it.
-        std::set<DeviceId> elsewhere = gathered[{job.tensor, job.task}];
+        std::set<DeviceId> elsewhere = received_otherwise[&t];
         for (const Transfer& u : job.transfers)
-          if (&u != &t) {
-            elsewhere.insert(u.receivers.begin(), u.receivers.end());
-            for (const RailHost& h : rail_hosts(u, cluster, per_receiver, first))
-              elsewhere.insert(h.rails.begin(), h.rails.end());
-            if (intersect(u.slice, t.slice).volume() > 0)
-              elsewhere.insert(stages_of[&u].begin(), stages_of[&u].end());
-          }
+          if (&u != &t && intersect(u.slice, t.slice).volume() > 0)
+            elsewhere.insert(stages_of[&u].begin(), stages_of[&u].end());
         // The rails from the holders' NIC on first, so that holders on different NICs, which
         // send their rails one after another, start on different rails.
         const int start = cluster.nic_of(t.candidates[0]) % g;
@@ -840,6 +846,13 @@ int64_t Job::bytes() const {
   int64_t total = 0;
   for (const auto& t : transfers) total += t.bytes;
   return total;
+}
+
+std::vector<DeviceId> Job::receivers_besides(const Transfer& t) const {
+  std::vector<DeviceId> out;
+  for (const Transfer& u : transfers)
+    if (&u != &t) out.insert(out.end(), u.receivers.begin(), u.receivers.end());
+  return out;
 }
 
 bool Job::only_copies_follow() const {

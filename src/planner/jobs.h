@@ -53,6 +53,9 @@ struct Job {
   int64_t bytes() const;
   // Whether the follow-ups are only copies, so that the job's slices may be cut into parts.
   bool only_copies_follow() const;
+  // The receivers of the job's transfers other than `t` (one of them): a device that stages or
+  // relays `t`'s slice must be none of them, or it would take some elements twice.
+  std::vector<DeviceId> receivers_besides(const Transfer& t) const;
 };
 
 // The jobs of `strategy` for each task of each tensor, in tensor order, then task order. `tasks`

@@ -301,8 +301,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     Flow f{.job = job, .transfer = t, .receiver = receiver};
     for (DeviceId d : t->candidates)
       if (c.host_of(d) == host) f.holders.push_back(d);
-    for (const Transfer& u : job->transfers)
-      if (&u != t) f.barred.insert(f.barred.end(), u.receivers.begin(), u.receivers.end());
+    f.barred = job->receivers_besides(*t);
     host_out[host] += f.bytes();
     flows.push_back(std::move(f));
   }
@@ -473,15 +472,23 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       for (int l = 0; l < c.devices_per_host; ++l) consider(c.device_id(host, l));
     return best;
   };
+  // The seconds a step of `bytes` from `from` to `to` takes of the sender's port, and of the
+  // receiving NIC (0 inside a host).
+  const auto port_seconds = [&](DeviceId from, DeviceId to, double bytes) {
+    return bytes / (c.host_of(from) != c.host_of(to) ? c.single_nic_bandwidth_of(c.host_of(from))
+                                                     : c.device_bandwidth_of(from));
+  };
+  const auto in_seconds = [&](DeviceId from, DeviceId to, double bytes) {
+    return c.host_of(from) != c.host_of(to) ? bytes / c.single_nic_bandwidth_of(c.host_of(to))
+                                            : 0.0;
+  };
   std::vector<PlayStep> steps;
   const auto add = [&](const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
                        bool hand_over = false) {
     const int64_t bytes = slice.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype);
-    const bool across = c.host_of(from) != c.host_of(to);
-    port[from] += static_cast<double>(bytes) / (across ? c.single_nic_bandwidth_of(c.host_of(from))
-                                                       : c.device_bandwidth_of(from));
-    if (across)
-      nic_in[nic_id(to)] += static_cast<double>(bytes) / c.single_nic_bandwidth_of(c.host_of(to));
+    port[from] += port_seconds(from, to, static_cast<double>(bytes));
+    if (const double in = in_seconds(from, to, static_cast<double>(bytes)); in > 0)
+      nic_in[nic_id(to)] += in;
     steps.push_back({.job = &job,
                      .slice = slice,
                      .bytes = bytes,
@@ -501,11 +508,9 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   const auto load_after = [&](const std::vector<Hop>& hops, double bytes) {
     std::map<int, double> added;  // devices as id, receiving NICs as -1 - id
     for (const Hop& hop : hops) {
-      const bool across = c.host_of(hop.from) != c.host_of(hop.to);
-      added[hop.from] += bytes / (across ? c.single_nic_bandwidth_of(c.host_of(hop.from))
-                                         : c.device_bandwidth_of(hop.from));
-      if (across)
-        added[-1 - nic_id(hop.to)] += bytes / c.single_nic_bandwidth_of(c.host_of(hop.to));
+      added[hop.from] += port_seconds(hop.from, hop.to, bytes);
+      if (const double in = in_seconds(hop.from, hop.to, bytes); in > 0)
+        added[-1 - nic_id(hop.to)] += in;
     }
     double most = 0;
     for (const auto& [key, seconds] : added)
@@ -529,11 +534,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
         beside[r] = add(job, t.slice, from, r, -1);
       }
       if (away.empty()) continue;
-      // A device that receives the slice by another transfer (a receiver beside other holders)
-      // may not stage it: it would take those elements twice.
-      std::vector<DeviceId> barred;
-      for (const Transfer& u : job.transfers)
-        if (&u != &t) barred.insert(barred.end(), u.receivers.begin(), u.receivers.end());
+      // A receiver of another transfer (beside other holders) may not stage the slice.
+      const std::vector<DeviceId> barred = job.receivers_besides(t);
       std::map<DeviceId, std::vector<int>> staged;  // pieces handed over to receivers beside
       const auto n =
           static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
