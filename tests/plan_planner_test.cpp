@@ -459,6 +459,26 @@ TEST(LowerBoundTest, ADeviceServingItsHostLeavesItsNicPartOfTheTime) {
   EXPECT_DOUBLE_EQ(lower_bound(one, decompose(one)), 40 + one.cluster.latency);
 }
 
+TEST(LowerBoundTest, ADeviceAloneOnItsNicServesItsHostOverItsPortOrTheOtherNics) {
+  // Devices 0 (host 0) and 4 (host 1) hold a 60 B tensor; devices 5, 6 and 7 beside device 4 need
+  // 20 B each. Four NICs per host (1 B/s each, device l on NIC l), 4 B/s links. Device 4 sends
+  // what it gives them at 4 B/s, and the rest comes from host 0 over host 1's NICs; but a byte
+  // that enters by NIC 0 lands at device 4, its only device, and leaves it by the same port. So
+  // 60 <= 4T + 3T and T >= 60/7 s, where all four NICs gave 60 / 8 (local(d) of
+  // docs/concepts.md#lower-bound).
+  auto p = problem_of({15}, Mesh({2}, {0, 4}), "R", Mesh({3}, {5, 6, 7}), "S0", 2, 4);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 60.0 / 7 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 60.0 / 7);
+  // With two NICs device 6 shares NIC 0 with device 4 and takes its part in by it: both NICs
+  // count, 60 / (4 + 2) s.
+  auto two = p;
+  two.cluster.nics_per_host = 2;
+  EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 10 + two.cluster.latency);
+}
+
 TEST(LowerBoundTest, HoldersOnSomeNicsHandTheRestOverOneOpAtATime) {
   // Devices 0 and 1 of host 0 hold 40 B that devices 4 and 5 of host 1 need; four NICs per host
   // (1 B/s each, device l on NIC l), 4 B/s links. NICs 2 and 3 have no holder: what they send,

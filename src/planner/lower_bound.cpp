@@ -115,6 +115,12 @@ class HeldInside {
   std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
 };
 
+// Whether no other device of `d`'s host is on its NIC (local device l on NIC l mod K).
+bool alone_on_its_nic(const Cluster& cluster, DeviceId d) {
+  const int nics = cluster.nics_of(cluster.host_of(d));
+  return cluster.local_of(d) % nics + nics >= cluster.devices_per_host;
+}
+
 // What host `host` can send over its NICs per second (send(h) of docs/concepts.md#lower-bound),
 // the rate by which the terms over sets of hosts divide: nic(h), but where `holder` is the host's
 // only device that holds any slice and no other device of the host is on its NIC, every byte the
@@ -125,10 +131,7 @@ class HeldInside {
 // where rest >= dev.
 double send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
   const double nic = cluster.nic_bandwidth_of(host);
-  if (!holder) return nic;
-  const int nics = cluster.nics_of(host);
-  const int local = cluster.local_of(*holder);
-  if (local % nics + nics < cluster.devices_per_host) return nic;  // another device on its NIC
+  if (!holder || !alone_on_its_nic(cluster, *holder)) return nic;
   const double dev = cluster.device_bandwidth_of(*holder);
   const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
   const double rest = nic - own;
@@ -203,6 +206,21 @@ double ports_time(const Cluster& cluster, int host, double only, double beside, 
   const double devices = cluster.devices_per_host;
   if (nic * work / devices <= in) return work / devices;
   return (work + in / dev) / (devices + nic / dev);
+}
+
+// near(d) of docs/concepts.md#lower-bound (which has the proof): the least time in which the
+// devices beside `d` get the `local` bytes only `d` holds on their host (local(d)), through `d`'s
+// send port or over the host's NICs, which also take in the host's `in` bytes. A byte that enters
+// by a NIC no other device is on lands at `d` and leaves it by the same port, so where `d` is alone
+// on its NIC only the host's other NICs help it.
+double near_time(const Cluster& cluster, DeviceId d, double local, double in) {
+  const int host = cluster.host_of(d);
+  const double dev = cluster.device_bandwidth_of(d);
+  const double nic = cluster.nic_bandwidth_of(host);
+  const double own =
+      alone_on_its_nic(cluster, d) ? std::min(cluster.single_nic_bandwidth_of(host), dev) : 0;
+  const double helped = local / (dev + nic - own);
+  return own * helped >= in ? helped : (local + in) / (dev + nic);
 }
 
 }  // namespace
@@ -318,7 +336,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     const double dev = cluster.device_bandwidth_of(id);
     const int h = cluster.host_of(id);
     bound = std::max({bound, dev_in[d] / dev, dev_only[d] / dev,
-                      (in[hosts.index_of(h)] + local[d]) / (cluster.nic_bandwidth_of(h) + dev)});
+                      near_time(cluster, id, local[d], in[hosts.index_of(h)])});
   }
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
