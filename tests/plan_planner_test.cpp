@@ -479,6 +479,22 @@ TEST(LowerBoundTest, ADeviceAloneOnItsNicServesItsHostOverItsPortOrTheOtherNics)
   EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 10 + two.cluster.latency);
 }
 
+TEST(LowerBoundTest, EveryHopHoldsASendPortOfTheCluster) {
+  // Devices 0, 2 and 4, one per host of 3 hosts of 2 devices, each hold a third (12 B) of a 36 B
+  // tensor that all 6 devices need; two NICs per host (1 B/s each), 4 B/s links. Each third
+  // enters the 2 other hosts at least once by a hop over the NICs (at most 1 B/s, so 12 port
+  // seconds each) and reaches its other 3 receivers by hops at most 4 B/s (3 each): 3 x 12 x
+  // (2 / 1 + 3 / 4) = 99 port seconds over 6 devices, 16.5 s, where the NICs gave 24 B over two
+  // NICs, 12 s (ports of docs/concepts.md#lower-bound).
+  auto p = problem_of({9}, Mesh({3}, {0, 2, 4}), "S0", Mesh({3, 2}, {0, 1, 2, 3, 4, 5}), "R", 3,
+                      2);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 2;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 16.5 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 16.5);
+}
+
 TEST(LowerBoundTest, HoldersOnSomeNicsHandTheRestOverOneOpAtATime) {
   // Devices 0 and 1 of host 0 hold 40 B that devices 4 and 5 of host 1 need; four NICs per host
   // (1 B/s each, device l on NIC l), 4 B/s links. NICs 2 and 3 have no holder: what they send,

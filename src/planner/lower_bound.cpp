@@ -270,14 +270,33 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     out.erase(std::unique(out.begin(), out.end()), out.end());
   };
   const auto sends = [&](int h) { return std::binary_search(hs.begin(), hs.end(), h); };
+  // hops of docs/concepts.md#lower-bound (which has the proof): the send-port seconds every plan
+  // spends, over the cluster's devices. A hop over the NICs moves at most `across` per second, one
+  // inside a host at most `inside`.
+  double across = 0;
+  double inside = 0;
+  for (int h = 0; h < cluster.hosts; ++h) {
+    const double dev = cluster.device_bandwidth_of(cluster.device_id(h, 0));
+    across = std::max(across, std::min(cluster.single_nic_bandwidth_of(h), dev));
+    inside = std::max(inside, dev);
+  }
+  double port_seconds = 0;
   for (const auto& of_tensor : tasks) {
     Pooled tensor_pooled(hosts.size());
     for (const UnitTask& t : of_tensor) {
       const auto b = static_cast<double>(t.bytes);
       hosts_of(t.senders, hs);
       hosts_of(t.receivers, hr);
+      int entries = 0;  // receiving hosts that do not hold t
       for (int h : hr)
-        if (!sends(h)) in[h] += b;
+        if (!sends(h)) {
+          in[h] += b;
+          ++entries;
+        }
+      const auto taking = std::count_if(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
+        return std::find(t.senders.begin(), t.senders.end(), r) == t.senders.end();
+      });
+      port_seconds += b * (entries / across + static_cast<double>(taking - entries) / inside);
       if (hs.size() == 1 && !(hr.size() == 1 && hr[0] == hs[0])) only[hs[0]] += b;
       if (hold_sets) held.add(b, hs, hr);
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
@@ -331,6 +350,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     if (only[h] > 0 || beside[h] > 0)
       bound = std::max(
           bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], beside[h], in[h]));
+  bound = std::max(bound, port_seconds / cluster.devices());
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
     const double dev = cluster.device_bandwidth_of(id);
