@@ -362,8 +362,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // the ports that carry them, through stages and forwards the greedy may not move (it sends a
     // piece from its holder where that ends it soonest, which puts the pieces back on their
     // holders' NICs), and played device by device as the simulator plays them. With one NIC per
-    // host too: the play alone, in pieces, can order what the greedy sends whole (and one NIC
-    // levels the same way by bytes as by ports).
+    // host too, and inside one host: the play alone, in pieces, can order what the greedy sends
+    // whole (and one NIC levels the same way by bytes as by ports).
     for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
       if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, jobs)))
         break;

@@ -305,7 +305,27 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     host_out[host] += f.bytes();
     flows.push_back(std::move(f));
   }
-  if (flows.empty()) return std::nullopt;
+  // The slices into their holders' own hosts cut into pieces of the busiest holder's bytes /
+  // `rounds` too, so that a play can turn each holder from receiver to receiver.
+  std::map<DeviceId, double> beside_bytes;
+  for (const ShopPiece& p : shop.beside) beside_bytes[p.holder] += static_cast<double>(p.bytes);
+  double most_beside = 0;
+  for (const auto& [d, bytes] : beside_bytes) most_beside = std::max(most_beside, bytes);
+  const double beside_piece = std::max(static_cast<double>(min_piece_bytes), most_beside / rounds);
+  std::vector<ShopPiece> beside;
+  for (const ShopPiece& p : shop.beside) {
+    const auto parts = static_cast<int>(std::clamp(
+        std::round(static_cast<double>(p.bytes) / beside_piece), 1.0, static_cast<double>(rounds)));
+    for (int i = 0; i < parts; ++i) {
+      ShopPiece part = p;
+      part.slice = allgather_part(p.slice, parts, i);
+      part.bytes = element_bytes(*p.job, part.slice);
+      part.round = i;
+      if (!part.slice.empty()) beside.push_back(std::move(part));
+    }
+  }
+  shop.beside = std::move(beside);
+  if (flows.empty() && shop.beside.empty()) return std::nullopt;
   if (level == ShopLevel::bytes)
     lay_by_bytes(c, flows);
   else
@@ -645,44 +665,53 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<Flow> active;
   std::vector<bool> busy(c.devices(), false);
   std::vector<bool> started(steps.size(), false);
-  std::map<int, int> flows_in;  // active sends into each NIC
-  // Max-min fair rates: a step inside a host at its device link's rate; the sends across hosts
-  // by progressive filling of the NICs they cross (sending NICs as id, receiving as -1 - id).
+  std::map<int, int> flows_in;                  // active sends into each NIC
+  std::vector<int> flows_to(c.devices(), 0);    // active steps into each device
+  std::vector<double> to_left(c.devices(), 0);  // bytes each device has still to take in
+  for (const PlayStep& p : plays) to_left[p.to] += static_cast<double>(p.bytes);
+  // Max-min fair rates by progressive filling of the links each step crosses, as the simulator
+  // shares them: its receiver's device link, and across hosts the two NICs (a sender's own link
+  // carries its one step). Links by key: a receiving device link as its device id, a sending NIC
+  // as devices + id, a receiving NIC as -1 - id.
+  const auto links_of = [&](const Step& s) {
+    std::vector<std::pair<int64_t, double>> links{{s.play->to, c.device_bandwidth_of(s.play->to)}};
+    if (s.across) {
+      links.emplace_back(int64_t{c.devices()} + nic_id(s.play->from),
+                         c.single_nic_bandwidth_of(c.host_of(s.play->from)));
+      links.emplace_back(-1 - int64_t{nic_id(s.play->to)},
+                         c.single_nic_bandwidth_of(c.host_of(s.play->to)));
+    }
+    return links;
+  };
   const auto share_rates = [&] {
-    std::map<int, double> capacity;
-    std::map<int, int> users;
-    const auto nics_of = [&](const Step& s) {
-      return std::pair(nic_id(s.play->from), -1 - nic_id(s.play->to));
-    };
+    std::map<int64_t, double> capacity;
+    std::map<int64_t, int> users;
     for (Flow& f : active) {
-      const Step& s = steps[f.step];
-      f.rate = s.across ? -1 : c.device_bandwidth_of(s.play->from);
-      if (!s.across) continue;
-      const auto [out, in] = nics_of(s);
-      for (const auto& [nic, host] :
-           {std::pair(out, c.host_of(s.play->from)), {in, c.host_of(s.play->to)}}) {
-        capacity.try_emplace(nic, c.single_nic_bandwidth_of(host));
-        ++users[nic];
+      f.rate = -1;
+      for (const auto& [link, bandwidth] : links_of(steps[f.step])) {
+        capacity.try_emplace(link, bandwidth);
+        ++users[link];
       }
     }
     for (;;) {
-      int tightest = 0;
+      int64_t tightest = 0;
       double share = -1;
-      for (const auto& [nic, n] : users)
-        if (n > 0 && (share < 0 || capacity[nic] / n < share)) {
-          share = capacity[nic] / n;
-          tightest = nic;
+      for (const auto& [link, n] : users)
+        if (n > 0 && (share < 0 || capacity[link] / n < share)) {
+          share = capacity[link] / n;
+          tightest = link;
         }
       if (share < 0) return;
       for (Flow& f : active) {
-        const Step& s = steps[f.step];
         if (f.rate >= 0) continue;
-        const auto [out, in] = nics_of(s);
-        if (out != tightest && in != tightest) continue;
-        f.rate = share;
-        for (int nic : {out, in}) {
-          capacity[nic] -= share;
-          --users[nic];
+        const auto links = links_of(steps[f.step]);
+        if (std::none_of(links.begin(), links.end(),
+                         [&](const auto& l) { return l.first == tightest; }))
+          continue;
+        f.rate = std::min(share, c.device_bandwidth_of(steps[f.step].play->from));
+        for (const auto& [link, bandwidth] : links) {
+          capacity[link] -= f.rate;
+          --users[link];
         }
       }
     }
@@ -706,7 +735,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         const int n = flows_in[in];
         key = {n == 0 ? 1 : 4, n, -in_left[in]};
       } else {
-        key = {2, 0, 0};
+        // Into the device that takes in least now, then has the most still to take in.
+        key = {2, flows_to[st.play->to], -to_left[st.play->to]};
       }
       if (best < 0 || key < best_key) {
         best = s;
@@ -733,6 +763,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       const auto bytes = static_cast<double>(st.play->bytes);
       busy[d] = true;
       started[s] = true;
+      ++flows_to[st.play->to];
+      to_left[st.play->to] -= bytes;
       if (st.across) {
         ++flows_in[nic_id(st.play->to)];
         in_left[nic_id(st.play->to)] -= bytes;
@@ -758,6 +790,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       }
       const Step& st = steps[f.step];
       busy[st.play->from] = false;
+      --flows_to[st.play->to];
       if (st.across) --flows_in[nic_id(st.play->to)];
       for (int next : waiting[f.step]) steps[next].ready = true;
     }

@@ -40,8 +40,9 @@ struct Shop {
 };
 
 // The pieces of `jobs` where every transfer has one receiver and only copies follow (else nullopt;
-// also where no slice crosses hosts):
-// - each slice goes from its receiver's host where that holds it, else from the holding host with
+// also where no slice moves):
+// - each slice goes from its receiver's host where that holds it (cut into pieces of the busiest
+//   such holder's bytes / `rounds`, at least `min_piece_bytes`), else from the holding host with
 //   the least to send per NIC so far (largest slices first);
 // - each host's sending is spread over its NICs that have devices, by `level`, and sent on each NIC
 //   by a holder of the slice there, else by the device of that NIC with the least to send (a
@@ -91,11 +92,12 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
 // fewer than `stock` sends it could start; else a send into a NIC that takes nothing now, the one
-// with the most still to take in; else a send inside its host; else any hand-over; else a send
-// into the NIC with the fewest flows. Devices choose in order of what their NICs still have to
-// send, and flows share the NICs they cross max-min fairly, as in the simulator: a NIC that two
-// sends share takes twice as long for each, and a device whose every receiving NIC is busy still
-// sends (it sends one op after another), so the order decides how often that happens.
+// with the most still to take in; else a send inside its host, into the device that takes in the
+// fewest now, then has the most still to take in; else any hand-over; else a send into the NIC
+// with the fewest flows. Devices choose in order of what their NICs still have to send, and flows
+// share the NICs and receiving device links they cross max-min fairly, as in the simulator: a
+// link that two sends share takes twice as long for each, and a device whose every receiver is
+// busy still sends (it sends one op after another), so the order decides how often that happens.
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
                            const std::vector<Job>& jobs, int stock);
 
