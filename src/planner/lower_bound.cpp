@@ -293,21 +293,20 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           in[h] += b;
           ++entries;
         }
-      const auto taking = std::count_if(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
-        return std::find(t.senders.begin(), t.senders.end(), r) == t.senders.end();
-      });
-      port_seconds += b * (entries / across + static_cast<double>(taking - entries) / inside);
       if (hs.size() == 1 && !(hr.size() == 1 && hr[0] == hs[0])) only[hs[0]] += b;
       if (hold_sets) held.add(b, hs, hr);
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
         batch_pooled.add(b, hs);
         tensor_pooled.add(b, hs);
       }
+      int taking = 0;  // receivers that do not hold t
       for (DeviceId d : t.receivers)
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
+          ++taking;
           dev_in[devices.index_of(d)] += b;
           if (const int h = hosts.index_of(cluster.host_of(d)); sends(h)) beside[h] += b;
         }
+      port_seconds += b * (entries / across + (taking - entries) / inside);
       // A sole holder sends every byte some other receiver needs at least once.
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
                                                [&](DeviceId r) { return r != t.senders[0]; })) {
