@@ -464,7 +464,7 @@ TEST(LowerBoundTest, ADeviceAloneOnItsNicServesItsHostOverItsPortOrTheOtherNics)
   // 20 B each. Four NICs per host (1 B/s each, device l on NIC l), 4 B/s links. Device 4 sends
   // what it gives them at 4 B/s, and the rest comes from host 0 over host 1's NICs; but a byte
   // that enters by NIC 0 lands at device 4, its only device, and leaves it by the same port. So
-  // 60 <= 4T + 3T and T >= 60/7 s, where all four NICs gave 60 / 8 (local(d) of
+  // 60 <= 4T + 3T and T >= 60/7 s, where all four NICs gave 60 / 8 (near(d) of
   // docs/concepts.md#lower-bound).
   auto p = problem_of({15}, Mesh({2}, {0, 4}), "R", Mesh({3}, {5, 6, 7}), "S0", 2, 4);
   p.cluster.nic_bandwidth = 1;
@@ -485,7 +485,7 @@ TEST(LowerBoundTest, EveryHopHoldsASendPortOfTheCluster) {
   // enters the 2 other hosts at least once by a hop over the NICs (at most 1 B/s, so 12 port
   // seconds each) and reaches its other 3 receivers by hops at most 4 B/s (3 each): 3 x 12 x
   // (2 / 1 + 3 / 4) = 99 port seconds over 6 devices, 16.5 s, where the NICs gave 24 B over two
-  // NICs, 12 s (ports of docs/concepts.md#lower-bound).
+  // NICs, 12 s (hops of docs/concepts.md#lower-bound).
   auto p = problem_of({9}, Mesh({3}, {0, 2, 4}), "S0", Mesh({3, 2}, {0, 1, 2, 3, 4, 5}), "R", 3, 2);
   p.cluster.nic_bandwidth = 1;
   p.cluster.device_bandwidth = 4;

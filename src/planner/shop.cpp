@@ -636,22 +636,33 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
                            const std::vector<Job>& jobs, int stock) {
   const Cluster& c = batch.cluster;
   const NicIds nic_id(c);
+  // The links a step shares with others, as the simulator shares them: its receiver's device
+  // link, and across hosts the two NICs (a sender's own link carries its one step). By key: a
+  // receiving device link as its device id, a sending NIC as devices + id, a receiving NIC as
+  // -1 - id; each with its bandwidth.
+  using Links = std::vector<std::pair<int64_t, double>>;
   struct Step {
     const PlayStep* play = nullptr;
     bool across = false;  // over the NICs
     bool ready = false;
+    Links links = {};
   };
   std::vector<Step> steps;
   std::vector<std::vector<int>> waiting(plays.size());  // the steps that wait for each
   std::map<int, double> in_left, out_left;  // bytes each NIC has still to take in and send
   for (const PlayStep& p : plays) {
     const bool across = c.host_of(p.from) != c.host_of(p.to);
+    Links links{{p.to, c.device_bandwidth_of(p.to)}};
     if (across) {
       in_left[nic_id(p.to)] += static_cast<double>(p.bytes);
       out_left[nic_id(p.from)] += static_cast<double>(p.bytes);
+      links.emplace_back(int64_t{c.devices()} + nic_id(p.from),
+                         c.single_nic_bandwidth_of(c.host_of(p.from)));
+      links.emplace_back(-1 - int64_t{nic_id(p.to)}, c.single_nic_bandwidth_of(c.host_of(p.to)));
     }
     if (p.after >= 0) waiting[p.after].push_back(static_cast<int>(steps.size()));
-    steps.push_back({.play = &p, .across = across, .ready = p.after < 0});
+    steps.push_back(
+        {.play = &p, .across = across, .ready = p.after < 0, .links = std::move(links)});
   }
   std::vector<std::vector<int>> of_device(c.devices());
   for (int s = 0; s < static_cast<int>(steps.size()); ++s)
@@ -669,26 +680,13 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<int> flows_to(c.devices(), 0);    // active steps into each device
   std::vector<double> to_left(c.devices(), 0);  // bytes each device has still to take in
   for (const PlayStep& p : plays) to_left[p.to] += static_cast<double>(p.bytes);
-  // Max-min fair rates by progressive filling of the links each step crosses, as the simulator
-  // shares them: its receiver's device link, and across hosts the two NICs (a sender's own link
-  // carries its one step). Links by key: a receiving device link as its device id, a sending NIC
-  // as devices + id, a receiving NIC as -1 - id.
-  const auto links_of = [&](const Step& s) {
-    std::vector<std::pair<int64_t, double>> links{{s.play->to, c.device_bandwidth_of(s.play->to)}};
-    if (s.across) {
-      links.emplace_back(int64_t{c.devices()} + nic_id(s.play->from),
-                         c.single_nic_bandwidth_of(c.host_of(s.play->from)));
-      links.emplace_back(-1 - int64_t{nic_id(s.play->to)},
-                         c.single_nic_bandwidth_of(c.host_of(s.play->to)));
-    }
-    return links;
-  };
+  // Max-min fair rates by progressive filling of the links the active steps share.
   const auto share_rates = [&] {
     std::map<int64_t, double> capacity;
     std::map<int64_t, int> users;
     for (Flow& f : active) {
       f.rate = -1;
-      for (const auto& [link, bandwidth] : links_of(steps[f.step])) {
+      for (const auto& [link, bandwidth] : steps[f.step].links) {
         capacity.try_emplace(link, bandwidth);
         ++users[link];
       }
@@ -704,7 +702,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       if (share < 0) return;
       for (Flow& f : active) {
         if (f.rate >= 0) continue;
-        const auto links = links_of(steps[f.step]);
+        const Links& links = steps[f.step].links;
         if (std::none_of(links.begin(), links.end(),
                          [&](const auto& l) { return l.first == tightest; }))
           continue;
