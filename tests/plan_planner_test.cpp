@@ -930,6 +930,33 @@ TEST(PlannerTest, SendsInsideAHostArePlayedPieceByPieceIntoTheLeastBusyReceiver)
   EXPECT_LE(order_ratio(p, false), 1.21);
 }
 
+// Every host holds the whole tensor on one device; devices 5 and 6 beside the holder 4 on host 1
+// need a third each, device 10 beside the holder 8 another. Device 4 served both over its one send
+// port while host 1's NICs idled (1.30x the bound, whose near(d) counts the three NICs whose
+// devices hold nothing): the open shop now gives a part of each such slice to the other holding
+// hosts, entering by those NICs (random suite seed 1001 r13 with four NICs).
+TEST(PlannerTest, AHolderBesideItsReceiversIsHelpedThroughTheOtherNicsOfItsHost) {
+  Resharding p =
+      problem_of({536870912}, Mesh({4, 1}, {0, 4, 8, 12}), "S1", Mesh({3}, {10, 6, 5}), "S0", 4, 4);
+  p.tensor.dtype = DType::uint8;
+  p.cluster.nics_per_host = 4;
+  EXPECT_LE(order_ratio(p, false), 1.20);
+}
+
+// Device 1 (host 0) and devices 5, 6, 7 (host 1) hold the tensor; fifteen devices of five hosts
+// need a fifteenth each, nine of them on the three hosts that hold nothing. Device 1 also serves
+// its two neighbours, so host 0's NICs can send less than host 1's: each slice went from the one
+// host with the least to send per NIC (1.26x the bound with two NICs); pieces of a slice now leave
+// by whichever holding host's NICs and send ports end them soonest (random suite seed 906 r21).
+TEST(PlannerTest, ASliceLeavesByTheHoldingHostWhosePortsEndItSoonest) {
+  Resharding p =
+      problem_of({536870915}, Mesh({4}, {1, 5, 6, 7}), "R",
+                 Mesh({5, 3}, {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18}), "S10", 5, 4);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.15);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

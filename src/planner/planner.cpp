@@ -363,15 +363,26 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // piece from its holder where that ends it soonest, which puts the pieces back on their
     // holders' NICs), and played device by device as the simulator plays them. With one NIC per
     // host too, and inside one host: the play alone, in pieces, can order what the greedy sends
-    // whole (and one NIC levels the same way by bytes as by ports).
+    // whole (and one NIC levels the same way by bytes as by ports). Each also from any host that
+    // holds a slice: a holder beside its receivers helped over its host's other NICs, and pieces
+    // leaving by the holding host that ends them soonest; not instead, as a slice kept on one host
+    // plays better where the pieces of many would meet at the receiving NICs.
     for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
       if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, jobs)))
         break;
-      const auto shop = detail::nic_shop(
-          batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), level);
-      if (!shop) break;
-      try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
-      if (!near()) try_ops(detail::play_steps(batch, detail::shop_steps(*shop), jobs, kShopStock));
+      bool any_shop = false;
+      for (bool from_any_host : {false, true}) {
+        if (near()) break;
+        const auto shop = detail::nic_shop(batch, jobs, kShopRounds,
+                                           kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+                                           level, from_any_host);
+        if (!shop) continue;
+        any_shop = true;
+        try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
+        if (!near())
+          try_ops(detail::play_steps(batch, detail::shop_steps(*shop), jobs, kShopStock));
+      }
+      if (!any_shop) break;
     }
     // Slices with several receivers on rails whose pieces go host to host, played the same way;
     // with one NIC per host, one rail: a ring through the hosts that need each slice, whose

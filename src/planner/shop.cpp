@@ -1,8 +1,12 @@
 #include "shop.h"
 
+#include "source_tiles.h"
+
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
+#include <set>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -13,11 +17,13 @@ namespace {
 // A slice's bytes by device (or NIC index while levelled by bytes), in the order they were added.
 using Shares = std::vector<std::pair<int, double>>;
 
-// One slice crossing hosts: from `holders` (the chosen host's devices that hold it) to `receiver`.
+// One slice crossing hosts: from `holders` (the chosen host's devices that hold it, or, laid by
+// ports from any host, every device that holds it) to `receiver`.
 struct Flow {
   const Job* job = nullptr;
   const Transfer* transfer = nullptr;
   std::vector<DeviceId> holders = {};
+  std::vector<DeviceId> candidates = {};  // the devices of every host that hold it
   DeviceId receiver = 0;
   // Devices that receive the slice by another transfer: none may stage or forward it, as it would
   // take those elements twice.
@@ -163,7 +169,8 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
 
 // The flows' shares by device, laid a quantum at a time where each ends soonest
 // (ShopLevel::ports). `port` holds the seconds of each device's send port already taken.
-void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port) {
+void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port,
+                  bool from_any_host) {
   constexpr int kQuanta = 32;
   // Three passes: sending, receiving knowing what each port sends, and both again knowing what
   // each port forwards.
@@ -180,33 +187,40 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   const auto barred = [](const Flow& f, DeviceId d) {
     return std::find(f.barred.begin(), f.barred.end(), d) != f.barred.end();
   };
-  // The holder that hands `f`'s bytes to a stage (as nic_shop's pieces have it).
-  const auto handing = [](const Flow& f) { return f.holders[0]; };
+  // The holder that hands `f`'s bytes to stage `d` (as nic_shop's pieces have it): its first
+  // holder on `d`'s host.
+  const auto handing = [&](const Flow& f, DeviceId d) {
+    return *std::find_if(f.holders.begin(), f.holders.end(),
+                         [&](DeviceId h) { return c.host_of(h) == c.host_of(d); });
+  };
+  if (from_any_host)
+    for (Flow& f : flows) f.holders = f.candidates;
   const auto send_quantum = [&](Flow& f, double q) {
-    const int host = c.host_of(f.holders[0]);
     double best_time = 0;
     DeviceId best = -1;
-    for (int l = 0; l < c.devices_per_host; ++l) {
-      const DeviceId d = c.device_id(host, l);
-      // A device stages only a NIC without a holder of the slice.
-      if (!holds(f, d) &&
-          (barred(f, d) || std::any_of(f.holders.begin(), f.holders.end(),
-                                       [&](DeviceId h) { return c.nic_of(h) == c.nic_of(d); })))
-        continue;
-      double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
-      if (!holds(f, d)) {
-        const DeviceId h = handing(f);
-        time = std::max(time, port[h] + link_time(h, q));
+    for (int host : hosts_of(f.holders, c))
+      for (int l = 0; l < c.devices_per_host; ++l) {
+        const DeviceId d = c.device_id(host, l);
+        // A device stages only a NIC without a holder of the slice.
+        if (!holds(f, d) &&
+            (barred(f, d) || std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
+               return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
+             })))
+          continue;
+        double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
+        if (!holds(f, d)) {
+          const DeviceId h = handing(f, d);
+          time = std::max(time, port[h] + link_time(h, q));
+        }
+        if (best < 0 || time < best_time) {
+          best_time = time;
+          best = d;
+        }
       }
-      if (best < 0 || time < best_time) {
-        best_time = time;
-        best = d;
-      }
-    }
     add_share(f.out, best, q);
     out[nic_id(best)] += nic_time(best, q);
     port[best] += nic_time(best, q);
-    if (!holds(f, best)) port[handing(f)] += link_time(best, q);
+    if (!holds(f, best)) port[handing(f, best)] += link_time(best, q);
   };
   const auto take_quantum = [&](Flow& f, double q) {
     const int host = c.host_of(f.receiver);
@@ -232,7 +246,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       for (const auto& [d, bytes] : f.out) {
         out[nic_id(d)] -= nic_time(d, bytes);
         port[d] -= nic_time(d, bytes);
-        if (!holds(f, d)) port[handing(f)] -= link_time(d, bytes);
+        if (!holds(f, d)) port[handing(f, d)] -= link_time(d, bytes);
       }
       f.out.clear();
     }
@@ -253,7 +267,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
 }  // namespace
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level) {
+                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host) {
   const Cluster& c = batch.cluster;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
@@ -276,35 +290,125 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     for (const Transfer& t : job.transfers) order.emplace_back(&job, &t);
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
+  // The flow of `t` from `candidates` on the holding host with the least to send per NIC so far.
+  const auto add_flow = [&](const Job* job, const Transfer* t,
+                            const std::vector<DeviceId>& candidates) {
+    int host = -1;
+    for (DeviceId d : candidates)
+      if (const int h = c.host_of(d);
+          host < 0 || host_out[h] / used_nics(c, h) < host_out[host] / used_nics(c, host))
+        host = h;
+    Flow f{.job = job, .transfer = t, .candidates = candidates, .receiver = t->receivers[0]};
+    for (DeviceId d : candidates)
+      if (c.host_of(d) == host) f.holders.push_back(d);
+    f.barred = job->receivers_besides(*t);
+    host_out[host] += f.bytes();
+    flows.push_back(std::move(f));
+  };
+  SourceTiles sources(batch);
+  // Per beside slice (by index) that other hosts hold too: its transfer and those holders.
+  std::map<size_t, std::pair<const Transfer*, std::vector<DeviceId>>> afar;
   for (const auto& [job, t] : order) {
     const DeviceId receiver = t->receivers[0];
     const int home = c.host_of(receiver);
     std::optional<DeviceId> beside;
     for (DeviceId d : t->candidates)
       if (c.host_of(d) == home && (!beside || port[d] < port[*beside])) beside = d;
-    if (beside) {
-      port[*beside] += static_cast<double>(t->bytes) / c.device_bandwidth_of(*beside);
-      shop.beside.push_back({.job = job,
-                             .slice = t->slice,
-                             .bytes = t->bytes,
-                             .holder = *beside,
-                             .sender = *beside,
-                             .entry = receiver,
-                             .receiver = receiver});
+    if (!beside) {
+      add_flow(job, t, t->candidates);
       continue;
     }
-    int host = -1;
-    for (DeviceId d : t->candidates)
-      if (const int h = c.host_of(d);
-          host < 0 || host_out[h] / used_nics(c, h) < host_out[host] / used_nics(c, host))
-        host = h;
-    Flow f{.job = job, .transfer = t, .receiver = receiver};
-    for (DeviceId d : t->candidates)
-      if (c.host_of(d) == host) f.holders.push_back(d);
-    f.barred = job->receivers_besides(*t);
-    host_out[host] += f.bytes();
-    flows.push_back(std::move(f));
+    port[*beside] += static_cast<double>(t->bytes) / c.device_bandwidth_of(*beside);
+    if (from_any_host) {
+      std::vector<DeviceId> others = sources.holders(job->tensor, t->slice);
+      std::erase_if(others, [&](DeviceId d) { return c.host_of(d) == home; });
+      if (!others.empty()) afar[shop.beside.size()] = {t, std::move(others)};
+    }
+    shop.beside.push_back({.job = job,
+                           .slice = t->slice,
+                           .bytes = t->bytes,
+                           .holder = *beside,
+                           .sender = *beside,
+                           .entry = receiver,
+                           .receiver = receiver});
   }
+  // A slice into its holder's own host that other hosts hold too is helped from afar: a part of
+  // it enters by the host's NICs whose devices serve nothing beside them, so that the holders' send
+  // ports and those NICs (or the helping hosts' NICs, where those carry less), after what other
+  // flows bring into the host, end together. The same share of each such slice, cut from the end
+  // of its longest dimension.
+  std::deque<Transfer> helped;  // the parts from afar, which `flows` point at
+  // At most one flow per job: a device staging one flow's slice could enter another's of the same
+  // elements, and take them twice.
+  std::set<const Job*> crossing;
+  for (const Flow& f : flows) crossing.insert(f.job);
+  std::erase_if(afar, [&](const auto& entry) {
+    return !crossing.insert(shop.beside[entry.first].job).second;
+  });
+  if (!afar.empty()) {
+    std::vector<double> host_in(c.hosts, 0);
+    for (const Flow& f : flows) host_in[c.host_of(f.receiver)] += f.bytes();
+    struct Home {
+      std::set<DeviceId> holders;
+      std::set<int> helpers;
+      double helpable = 0;
+    };
+    std::map<int, Home> homes;
+    for (const auto& [i, help] : afar) {
+      const ShopPiece& p = shop.beside[i];
+      Home& home = homes[c.host_of(p.receiver)];
+      home.holders.insert(p.holder);
+      for (DeviceId d : help.second) home.helpers.insert(c.host_of(d));
+      home.helpable += static_cast<double>(p.bytes);
+    }
+    std::map<int, double> share;
+    for (const auto& [h, home] : homes) {
+      double near = 0, near_bytes = 0;
+      for (DeviceId d : home.holders) {
+        near += c.device_bandwidth_of(d);
+        near_bytes += port[d] * c.device_bandwidth_of(d);
+      }
+      double entry = 0;  // the NICs with a device that serves nothing beside it
+      for (int nic = 0; nic < used_nics(c, h); ++nic)
+        for (int l = nic; l < c.devices_per_host; l += c.nics_of(h))
+          if (!home.holders.contains(c.device_id(h, l))) {
+            entry += c.single_nic_bandwidth_of(h);
+            break;
+          }
+      double helping = 0;
+      for (int g : home.helpers) helping += c.nic_bandwidth_of(g);
+      const double from_afar = std::min(entry, helping);
+      const double bytes = (near_bytes * from_afar - host_in[h] * near) / (from_afar + near);
+      share[h] = std::clamp(bytes / home.helpable, 0.0, 1.0);
+    }
+    for (const auto& [i, help] : afar) {
+      const auto& [t, others] = help;
+      ShopPiece& p = shop.beside[i];
+      const int longest = longest_dimension(p.slice);
+      const Interval whole = p.slice.dims[longest];
+      const int64_t at = whole.hi - std::llround(static_cast<double>(whole.size()) *
+                                                 share.at(c.host_of(p.receiver)));
+      if (at >= whole.hi) continue;
+      Transfer part{.slice = p.slice, .receivers = {p.receiver}, .candidates = others};
+      part.slice.dims[longest].lo = at;
+      part.bytes = element_bytes(*p.job, part.slice);
+      p.slice.dims[longest].hi = at;
+      p.bytes = element_bytes(*p.job, p.slice);
+      port[p.holder] -= static_cast<double>(part.bytes) / c.device_bandwidth_of(p.holder);
+      helped.push_back(std::move(part));
+      add_flow(p.job, &helped.back(), others);
+      // Nor may the slice enter its host at a device that holds it.
+      flows.back().barred.insert(flows.back().barred.end(), t->candidates.begin(),
+                                 t->candidates.end());
+    }
+    std::erase_if(shop.beside, [](const ShopPiece& p) { return p.slice.empty(); });
+  }
+  // From any host, a shop that would be the one of the chosen hosts is not laid again.
+  if (from_any_host && helped.empty() &&
+      (level == ShopLevel::bytes || std::none_of(flows.begin(), flows.end(), [&](const Flow& f) {
+         return hosts_of(f.candidates, c).size() > 1;
+       })))
+    return std::nullopt;
   // The slices into their holders' own hosts cut into pieces of the busiest holder's bytes /
   // `rounds` too, so that a play can turn each holder from receiver to receiver.
   std::map<DeviceId, double> beside_bytes;
@@ -329,7 +433,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   if (level == ShopLevel::bytes)
     lay_by_bytes(c, flows);
   else
-    lay_by_ports(c, flows, port);
+    lay_by_ports(c, flows, port, from_any_host);
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
   // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together.
@@ -365,7 +469,8 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       ShopPiece part{
           .job = f.job, .holder = sender, .sender = sender, .entry = entry, .receiver = f.receiver};
       if (std::find(f.holders.begin(), f.holders.end(), sender) == f.holders.end())
-        part.holder = f.holders[0];
+        part.holder = *std::find_if(f.holders.begin(), f.holders.end(),
+                                    [&](DeviceId h) { return c.host_of(h) == c.host_of(sender); });
       const auto bytes = static_cast<double>(element_bytes(*f.job, cut[p]));
       const auto whole = static_cast<size_t>(std::floor(bytes / piece));
       std::vector<double> sizes(whole, piece);

@@ -51,8 +51,15 @@ struct Shop {
 // - what a slice sends by each NIC and takes in by each NIC are paired in order (the north-west
 //   corner rule: the fewest cuts), and each pair cut into pieces of the busiest NIC's bytes /
 //   `rounds` (at least `min_piece_bytes`), so that pieces of one size take turns.
+// With `from_any_host`, slices also leave hosts other than the one chosen above (else nullopt,
+// where that changes nothing): a slice into its holder's own host that other hosts hold too has a
+// part of it sent from afar (at most one such part per job, and none for a job with another slice
+// across hosts), the same share of each on a host, so that its holders' send ports and its NICs
+// whose devices hold none of those slices (or the helping hosts' NICs, if fewer) end together
+// after what else enters the host; and with ShopLevel::ports each slice across hosts is laid a
+// quantum at a time on whichever holding host's NICs and ports end it soonest.
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level);
+                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
