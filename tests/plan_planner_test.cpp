@@ -957,6 +957,22 @@ TEST(PlannerTest, ASliceLeavesByTheHoldingHostWhosePortsEndItSoonest) {
   EXPECT_LE(order_ratio(p, false), 1.15);
 }
 
+// Devices 17 (host 4) and 7 (host 1) hold the tensor; every device of the five hosts needs it. The
+// rails' pieces left each holding host by its holder's one NIC, as every other device there
+// receives the tensor by another transfer of the job, and each holder sent the whole of it to its
+// three neighbours (2.45x the bound with four NICs): spread, the receivers beside a holder stage
+// its pieces on their NICs and pass each piece on to one another, and the holding host feeds the
+// three other hosts by several chains (random suite seed 1103 r30).
+TEST(PlannerTest, ReceiversBesideTheHoldersStageRailsAndPassPiecesOn) {
+  Resharding p = problem_of(
+      {536870913}, Mesh({2}, {17, 7}), "R",
+      Mesh({5, 4}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}), "R", 5,
+      4);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nics_per_host = 4;
+  EXPECT_LE(order_ratio(p, true), 1.45);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

@@ -386,14 +386,18 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     }
     // Slices with several receivers on rails whose pieces go host to host, played the same way;
     // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
-    // hosts forward what they took in while the holders send the next pieces.
-    for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy}) {
-      if (near()) break;
-      const auto steps = detail::rail_steps(
-          batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick);
-      if (!steps) break;
-      try_ops(detail::play_steps(batch, *steps, jobs, kRailStock));
-    }
+    // hosts forward what they took in while the holders send the next pieces. Each also spread:
+    // receivers beside the holders staging pieces, and the holding host feeding several chains
+    // where one ring would have the receiving hosts forward most of it; not instead, as neither
+    // wins everywhere.
+    for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
+      for (bool spread : {false, true}) {
+        if (near()) break;
+        const auto steps = detail::rail_steps(
+            batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick,
+            spread);
+        if (steps) try_ops(detail::play_steps(batch, *steps, jobs, kRailStock));
+      }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);

@@ -551,26 +551,47 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
 }
 
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
-                                                int rounds, int64_t min_piece_bytes,
-                                                RailPick pick) {
+                                                int rounds, int64_t min_piece_bytes, RailPick pick,
+                                                bool spread) {
   const Cluster& c = batch.cluster;
+  // A job's transfers of one slice (a broadcast's receivers on other hosts, and those on each
+  // holding host) as one: its receivers beside the holders may then stage pieces and pass them on.
+  // Only where some transfer has several receivers: merged, one receiver's slices (send_recv's)
+  // would be relayed.
+  std::vector<std::pair<const Job*, Transfer>> work;
   bool several = false;
-  std::map<int, double> host_in, host_out;  // bytes into hosts that do not hold them, and out
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
+    const auto first = static_cast<std::ptrdiff_t>(work.size());
     for (const Transfer& t : job.transfers) {
       several = several || t.receivers.size() > 1;
-      const auto holding = hosts_of(t.candidates, c);
-      bool leaves = false;
-      for (int h : hosts_of(t.receivers, c))
-        if (std::find(holding.begin(), holding.end(), h) == holding.end()) {
-          host_in[h] += static_cast<double>(t.bytes);
-          leaves = true;
-        }
-      if (leaves)
-        for (int h : holding)
-          host_out[h] += static_cast<double>(t.bytes) / static_cast<double>(holding.size());
+      const auto same = std::find_if(work.begin() + first, work.end(),
+                                     [&](const auto& w) { return w.second.slice == t.slice; });
+      if (!spread || same == work.end()) {
+        work.emplace_back(&job, t);
+        continue;
+      }
+      Transfer& merged = same->second;
+      merged.receivers.insert(merged.receivers.end(), t.receivers.begin(), t.receivers.end());
+      std::sort(merged.receivers.begin(), merged.receivers.end());
+      for (DeviceId d : t.candidates)
+        if (std::find(merged.candidates.begin(), merged.candidates.end(), d) ==
+            merged.candidates.end())
+          merged.candidates.push_back(d);
     }
+  }
+  std::map<int, double> host_in, host_out;  // bytes into hosts that do not hold them, and out
+  for (const auto& [job, t] : work) {
+    const auto holding = hosts_of(t.candidates, c);
+    bool leaves = false;
+    for (int h : hosts_of(t.receivers, c))
+      if (std::find(holding.begin(), holding.end(), h) == holding.end()) {
+        host_in[h] += static_cast<double>(t.bytes);
+        leaves = true;
+      }
+    if (leaves)
+      for (int h : holding)
+        host_out[h] += static_cast<double>(t.bytes) / static_cast<double>(holding.size());
   }
   if (!several || host_in.empty()) return std::nullopt;
   double busiest = 0;
@@ -642,66 +663,83 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       most = std::max(most, seconds + (key >= 0 ? port[key] : nic_in[-1 - key]));
     return most;
   };
-  for (const Job& job : jobs)
-    for (const Transfer& t : job.transfers) {
-      const auto holding = hosts_of(t.candidates, c);
-      std::map<int, std::vector<DeviceId>> away;  // receivers on hosts that do not hold it
-      std::map<DeviceId, int> beside;  // the others, and the step that brings them the slice
-      for (DeviceId r : t.receivers) {
-        const int h = c.host_of(r);
-        if (std::find(holding.begin(), holding.end(), h) == holding.end()) {
-          away[h].push_back(r);
-          continue;
+  // The holder of `t` on host `h` with the least to send.
+  const auto holder_on = [&](const Transfer& t, int h) {
+    DeviceId from = -1;
+    for (DeviceId d : t.candidates)
+      if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
+    return from;
+  };
+  for (const auto& [job_of, t] : work) {
+    const Job& job = *job_of;
+    const auto holding = hosts_of(t.candidates, c);
+    std::map<int, std::vector<DeviceId>> away;    // receivers on hosts that do not hold it
+    std::map<int, std::vector<DeviceId>> beside;  // the others, by host
+    for (DeviceId r : t.receivers) {
+      const int h = c.host_of(r);
+      const bool held = std::find(holding.begin(), holding.end(), h) != holding.end();
+      (held ? beside : away)[h].push_back(r);
+    }
+    // Unless spread, each receiver beside the holders takes the whole slice from one of them (a
+    // receiver that stages pieces, below, the other pieces only).
+    std::map<DeviceId, int> whole;  // the step that brings it the slice
+    if (!spread || away.empty())
+      for (const auto& [h, receivers] : beside)
+        for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
+    if (away.empty()) continue;
+    // A receiver of the job's other transfers may not stage this one (spread, those of the same
+    // slice are this one).
+    std::vector<DeviceId> barred;
+    for (const auto& [other_job, u] : work)
+      if (other_job == job_of && &u != &t)
+        barred.insert(barred.end(), u.receivers.begin(), u.receivers.end());
+    // Per piece, per holding host: the step that handed it to a receiver there, as a stage.
+    std::map<std::pair<int, int>, int> staged;
+    const auto n =
+        static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
+    std::vector<int> order;  // the hosts after the holding host, cyclic
+    for (const auto& [h, receivers] : away) order.push_back(h);
+    for (int j = 0; j < n; ++j) {
+      const Box slice = allgather_part(t.slice, n, j);
+      if (slice.empty()) continue;
+      // A holder's port also hands its pieces over, and a receiver's port forwards to the
+      // receivers beside it, so equal rails can leave the other ports waiting for theirs; but
+      // choosing piece by piece can also crowd a rail that pays off only later.
+      const int from_host = holding[static_cast<size_t>(j) % holding.size()];
+      std::sort(order.begin(), order.end());
+      std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
+      std::vector<Hop> best;
+      double best_load = -1;
+      for (int k = 0; k < used_nics(c, from_host); ++k) {
+        if (pick == RailPick::cyclic && !best.empty()) break;
+        const int rail = (j + k) % used_nics(c, from_host);
+        std::vector<Hop> start;
+        DeviceId first_sender = least_on(t.candidates, from_host, rail);
+        if (first_sender < 0) {
+          first_sender = least_on({}, from_host, rail, barred);
+          if (first_sender < 0) continue;
+          start.push_back({holder_on(t, from_host), first_sender, -1, true});
         }
-        DeviceId from = -1;  // the holder beside it with the least to send
-        for (DeviceId d : t.candidates)
-          if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
-        beside[r] = add(job, t.slice, from, r, -1);
-      }
-      if (away.empty()) continue;
-      // A receiver of another transfer (beside other holders) may not stage the slice.
-      const std::vector<DeviceId> barred = job.receivers_besides(t);
-      std::map<DeviceId, std::vector<int>> staged;  // pieces handed over to receivers beside
-      const auto n =
-          static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
-      std::vector<int> order;  // the hosts after the holding host, cyclic
-      for (const auto& [h, receivers] : away) order.push_back(h);
-      for (int j = 0; j < n; ++j) {
-        const Box slice = allgather_part(t.slice, n, j);
-        if (slice.empty()) continue;
-        // A holder's port also hands its pieces over, and a receiver's port forwards to the
-        // receivers beside it, so equal rails can leave the other ports waiting for theirs; but
-        // choosing piece by piece can also crowd a rail that pays off only later.
-        const int from_host = holding[static_cast<size_t>(j) % holding.size()];
-        std::sort(order.begin(), order.end());
-        std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
-        std::vector<Hop> best;
-        double best_load = -1;
-        for (int k = 0; k < used_nics(c, from_host); ++k) {
-          if (pick == RailPick::cyclic && !best.empty()) break;
-          const int rail = (j + k) % used_nics(c, from_host);
-          std::vector<Hop> hops;
-          DeviceId sender = least_on(t.candidates, from_host, rail);
-          int after = -1;
-          if (sender < 0) {
-            sender = least_on({}, from_host, rail, barred);
-            if (sender < 0) continue;
-            DeviceId holder = -1;
-            for (DeviceId d : t.candidates)
-              if (c.host_of(d) == from_host && (holder < 0 || port[d] < port[holder])) holder = d;
-            hops.push_back({holder, sender, -1, true});
-            after = 0;
-          }
-          for (int h : order) {
-            const std::vector<DeviceId>& receivers = away[h];
-            const int nic = rail % used_nics(c, h);
-            DeviceId entry = least_on(receivers, h, nic);
-            if (entry < 0) entry = least_on({}, h, nic);
-            hops.push_back({sender, entry, after, false});
-            after = static_cast<int>(hops.size()) - 1;
-            for (DeviceId r : receivers)
-              if (r != entry) hops.push_back({entry, r, after, false});
-            sender = entry;
+        // The receiving hosts in `segments` chains, each fed by the holding host: one ring has
+        // its hosts forward all but the last host's share, while the holding host's NICs idle.
+        const auto hosts = static_cast<int>(order.size());
+        for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
+          std::vector<Hop> hops = start;
+          for (int g = 0; g < segments; ++g) {
+            DeviceId sender = first_sender;
+            int after = start.empty() ? -1 : 0;
+            for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
+              const int h = order[static_cast<size_t>(i)];
+              const std::vector<DeviceId>& receivers = away[h];
+              const int nic = rail % used_nics(c, h);
+              DeviceId entry = least_on(receivers, h, nic);
+              if (entry < 0) entry = least_on({}, h, nic);
+              hops.push_back({sender, entry, after, false});
+              after = static_cast<int>(hops.size()) - 1;
+              for (DeviceId r : receivers)
+                if (r != entry) hops.push_back({entry, r, after, false});
+              sender = entry;
+            }
           }
           const double load = load_after(
               hops, static_cast<double>(slice.volume() *
@@ -711,29 +749,57 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
             best = std::move(hops);
           }
         }
-        std::vector<int> added;
-        for (const Hop& hop : best) {
-          added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
-                              hop.hand_over));
-          if (hop.hand_over && beside.contains(hop.to)) staged[hop.to].push_back(j);
-        }
       }
-      // A receiver beside the holders that staged pieces has them: it takes only the others.
-      for (const auto& [r, pieces] : staged) {
-        const int whole = beside[r];
-        const PlayStep step = steps[whole];
+      std::vector<int> added;
+      for (const Hop& hop : best) {
+        added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
+                            hop.hand_over));
+        if (const auto here = beside.find(c.host_of(hop.to));
+            hop.hand_over && here != beside.end() &&
+            std::find(here->second.begin(), here->second.end(), hop.to) != here->second.end())
+          staged[{j, c.host_of(hop.to)}] = added.back();
+      }
+    }
+    if (!spread) {
+      std::map<DeviceId, std::vector<int>> pieces_of;  // the pieces each receiver staged
+      for (const auto& [key, step] : staged)
+        pieces_of[steps[static_cast<size_t>(step)].to].push_back(key.first);
+      for (const auto& [r, pieces] : pieces_of) {
+        const int index = whole[r];
+        const PlayStep step = steps[static_cast<size_t>(index)];
         port[step.from] -= static_cast<double>(step.bytes) / c.device_bandwidth_of(step.from);
-        steps.erase(steps.begin() + whole);
-        for (auto& [other, index] : beside)
-          if (index > whole) --index;
-        for (PlayStep& later : std::span(steps).subspan(static_cast<size_t>(whole)))
-          if (later.after > whole) --later.after;
+        steps.erase(steps.begin() + index);
+        for (auto& [other, later] : whole)
+          if (later > index) --later;
+        for (PlayStep& later : std::span(steps).subspan(static_cast<size_t>(index)))
+          if (later.after > index) --later.after;
         for (int j = 0; j < n; ++j)
           if (std::find(pieces.begin(), pieces.end(), j) == pieces.end())
             if (const Box slice = allgather_part(t.slice, n, j); !slice.empty())
               add(job, slice, step.from, r, -1);
       }
+      continue;
     }
+    // Spread, the receivers beside the holders take each piece from one of them, which has it as
+    // a stage or else from a holder, so that a holder's port carries each piece once per host.
+    for (int j = 0; j < n; ++j) {
+      const Box slice = allgather_part(t.slice, n, j);
+      if (slice.empty()) continue;
+      for (const auto& [h, receivers] : beside) {
+        int step = -1;
+        if (const auto it = staged.find({j, h}); it != staged.end()) step = it->second;
+        if (step < 0) {
+          DeviceId first = receivers[0];
+          for (DeviceId r : receivers)
+            if (port[r] < port[first]) first = r;
+          step = add(job, slice, holder_on(t, h), first, -1);
+        }
+        const DeviceId distributor = steps[static_cast<size_t>(step)].to;
+        for (DeviceId r : receivers)
+          if (r != distributor) add(job, slice, distributor, r, step);
+      }
+    }
+  }
   return steps;
 }
 
