@@ -877,13 +877,14 @@ std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& c
 }
 
 std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
-                           Strategy strategy) {
+                           Strategy strategy, bool gather) {
   std::vector<Job> jobs;
   size_t count = 0;
   for (const auto& of_tensor : tasks) count += of_tensor.size();
   jobs.reserve(count);
   // send_recv means one send per receiver: it gathers nothing.
-  Gathers gathers = strategy == Strategy::send_recv ? Gathers(batch, {}) : Gathers(batch, tasks);
+  Gathers gathers =
+      strategy == Strategy::send_recv || !gather ? Gathers(batch, {}) : Gathers(batch, tasks);
   for (int tensor = 0; tensor < static_cast<int>(tasks.size()); ++tensor)
     for (int i = 0; i < static_cast<int>(tasks[tensor].size()); ++i)
       jobs.push_back(

@@ -59,9 +59,10 @@ struct Job {
 };
 
 // The jobs of `strategy` for each task of each tensor, in tensor order, then task order. `tasks`
-// are decompose(batch).
+// are decompose(batch). Unless `gather` is false, receivers that already hold parts of their
+// host's tasks take the others by allgathers (jobs of their own, after the rest).
 std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks,
-                           Strategy strategy);
+                           Strategy strategy, bool gather = true);
 
 // `jobs` laid on rails, where that applies: each job whose follow-ups are only copies and that has
 // a transfer into hosts that do not hold its slice, with g >= 2 rails on every one of them (its g

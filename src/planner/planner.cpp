@@ -184,6 +184,14 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   // of its planning time to check.
   auto tasks = decompose(batch);
   auto jobs = detail::make_jobs(batch, tasks, options.strategy);
+  // The played candidates below take slices that only copies follow: where a broadcast's receivers
+  // gather parts they hold, they are also played on the jobs without those gathers.
+  std::vector<detail::Job> ungathered;
+  if (options.strategy == Strategy::broadcast && effective_balance(options) == Balance::order &&
+      jobs.size() <= kMostJobsForACandidate &&
+      std::any_of(jobs.begin(), jobs.end(),
+                  [](const detail::Job& job) { return !job.only_copies_follow(); }))
+    ungathered = detail::make_jobs(batch, tasks, options.strategy, false);
 
   Plan plan;
   plan.batch = batch;
@@ -367,37 +375,41 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // holds a slice: a holder beside its receivers helped over its host's other NICs, and pieces
     // leaving by the holding host that ends them soonest; not instead, as a slice kept on one host
     // plays better where the pieces of many would meet at the receiving NICs.
-    for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
-      if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, jobs)))
-        break;
-      bool any_shop = false;
-      for (bool from_any_host : {false, true}) {
-        if (near()) break;
-        const auto shop = detail::nic_shop(batch, jobs, kShopRounds,
-                                           kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                                           level, from_any_host);
-        if (!shop) continue;
-        any_shop = true;
-        try_candidate(detail::shop_jobs(batch, *shop, jobs), options, detail::Shape::chains);
-        if (!near())
-          try_ops(detail::play_steps(batch, detail::shop_steps(*shop), jobs, kShopStock));
+    const auto try_played = [&](const std::vector<detail::Job>& of) {
+      for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
+        if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, of)))
+          break;
+        bool any_shop = false;
+        for (bool from_any_host : {false, true}) {
+          if (near()) break;
+          const auto shop = detail::nic_shop(
+              batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+              level, from_any_host);
+          if (!shop) continue;
+          any_shop = true;
+          try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains);
+          if (!near())
+            try_ops(detail::play_steps(batch, detail::shop_steps(*shop), of, kShopStock));
+        }
+        if (!any_shop) break;
       }
-      if (!any_shop) break;
-    }
-    // Slices with several receivers on rails whose pieces go host to host, played the same way;
-    // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
-    // hosts forward what they took in while the holders send the next pieces. Each also spread:
-    // receivers beside the holders staging pieces, and the holding host feeding several chains
-    // where one ring would have the receiving hosts forward most of it; not instead, as neither
-    // wins everywhere.
-    for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
-      for (bool spread : {false, true}) {
-        if (near()) break;
-        const auto steps = detail::rail_steps(
-            batch, jobs, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick,
-            spread);
-        if (steps) try_ops(detail::play_steps(batch, *steps, jobs, kRailStock));
-      }
+      // Slices with several receivers on rails whose pieces go host to host, played the same way;
+      // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
+      // hosts forward what they took in while the holders send the next pieces. Each also spread:
+      // receivers beside the holders staging pieces, and the holding host feeding several chains
+      // where one ring would have the receiving hosts forward most of it; not instead, as neither
+      // wins everywhere.
+      for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
+        for (bool spread : {false, true}) {
+          if (near()) break;
+          const auto steps = detail::rail_steps(
+              batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick,
+              spread);
+          if (steps) try_ops(detail::play_steps(batch, *steps, of, kRailStock));
+        }
+    };
+    try_played(jobs);
+    if (!ungathered.empty()) try_played(ungathered);
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);
