@@ -987,6 +987,19 @@ TEST(PlannerTest, ReceiversThatGatherArePlayedOnRailsWithoutTheirGathers) {
   EXPECT_LE(order_ratio(p, false), 1.40);
 }
 
+// Devices 6 (host 1) and 10 (host 2) hold the tensor; devices 0 and 1 of hosts 0-2 need it. Each
+// holder sent the pieces of its own NIC's rail over that NIC, at the NIC's rate, and its port
+// served its two neighbours only after (1.20x the bound with two NICs): the played rails now also
+// charge a holder's port with that serving while the pieces choose their senders, and may hand a
+// piece to a stage on the holder's own NIC (random suite seed 1114 r10).
+TEST(PlannerTest, AHolderServingItsHostHandsItsOwnRailToAStage) {
+  Resharding p =
+      problem_of({268435460}, Mesh({2}, {6, 10}), "R", Mesh({3, 2}, {0, 1, 4, 5, 8, 9}), "R", 3, 4);
+  p.tensor.dtype = DType::bfloat16;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.10);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

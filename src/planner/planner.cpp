@@ -397,14 +397,16 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
       // hosts forward what they took in while the holders send the next pieces. Each also spread:
       // receivers beside the holders staging pieces, and the holding host feeding several chains
-      // where one ring would have the receiving hosts forward most of it; not instead, as neither
-      // wins everywhere.
+      // where one ring would have the receiving hosts forward most of it; and spread with the
+      // holders handing pieces to stages on their own NICs where they serve their hosts; not
+      // instead, as none wins everywhere.
       for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
-        for (bool spread : {false, true}) {
+        for (detail::RailSpread how :
+             {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing}) {
           if (near()) break;
           const auto steps = detail::rail_steps(
               batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick,
-              spread);
+              how);
           if (steps) try_ops(detail::play_steps(batch, *steps, of, kRailStock));
         }
     };

@@ -552,7 +552,9 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
 
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
                                                 int rounds, int64_t min_piece_bytes, RailPick pick,
-                                                bool spread) {
+                                                RailSpread how) {
+  const bool spread = how != RailSpread::none;
+  const bool handing = how == RailSpread::handing;
   const Cluster& c = batch.cluster;
   // A job's transfers of one slice (a broadcast's receivers on other hosts, and those on each
   // holding host) as one: its receivers beside the holders may then stage pieces and pass them on.
@@ -699,6 +701,15 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
         static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
     std::vector<int> order;  // the hosts after the holding host, cyclic
     for (const auto& [h, receivers] : away) order.push_back(h);
+    // Handing, a holder's port hands each piece to its host's receivers once (below): counted
+    // while the pieces choose their senders, so that a holder serving its host hands rails over.
+    std::map<DeviceId, double> serving;
+    if (handing)
+      for (const auto& [h, receivers] : beside) {
+        const DeviceId holder = holder_on(t, h);
+        serving[holder] += static_cast<double>(t.bytes) / c.device_bandwidth_of(holder);
+        port[holder] += static_cast<double>(t.bytes) / c.device_bandwidth_of(holder);
+      }
     for (int j = 0; j < n; ++j) {
       const Box slice = allgather_part(t.slice, n, j);
       if (slice.empty()) continue;
@@ -713,42 +724,48 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       for (int k = 0; k < used_nics(c, from_host); ++k) {
         if (pick == RailPick::cyclic && !best.empty()) break;
         const int rail = (j + k) % used_nics(c, from_host);
-        std::vector<Hop> start;
-        DeviceId first_sender = least_on(t.candidates, from_host, rail);
-        if (first_sender < 0) {
-          first_sender = least_on({}, from_host, rail, barred);
-          if (first_sender < 0) continue;
-          start.push_back({holder_on(t, from_host), first_sender, -1, true});
+        // The piece leaves by a holder on the rail's NIC, else handed over to a stage there;
+        // handing, also by a stage where a holder is there, whose port may serve its host
+        // meanwhile.
+        std::vector<std::pair<DeviceId, std::vector<Hop>>> starts;  // first sender, hand-over
+        const DeviceId holder = least_on(t.candidates, from_host, rail);
+        if (holder >= 0) starts.push_back({holder, {}});
+        if (holder < 0 || handing) {
+          std::vector<DeviceId> not_stages = barred;
+          not_stages.insert(not_stages.end(), t.candidates.begin(), t.candidates.end());
+          if (const DeviceId stage = least_on({}, from_host, rail, not_stages); stage >= 0)
+            starts.push_back({stage, {{holder_on(t, from_host), stage, -1, true}}});
         }
         // The receiving hosts in `segments` chains, each fed by the holding host: one ring has
         // its hosts forward all but the last host's share, while the holding host's NICs idle.
         const auto hosts = static_cast<int>(order.size());
-        for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
-          std::vector<Hop> hops = start;
-          for (int g = 0; g < segments; ++g) {
-            DeviceId sender = first_sender;
-            int after = start.empty() ? -1 : 0;
-            for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
-              const int h = order[static_cast<size_t>(i)];
-              const std::vector<DeviceId>& receivers = away[h];
-              const int nic = rail % used_nics(c, h);
-              DeviceId entry = least_on(receivers, h, nic);
-              if (entry < 0) entry = least_on({}, h, nic);
-              hops.push_back({sender, entry, after, false});
-              after = static_cast<int>(hops.size()) - 1;
-              for (DeviceId r : receivers)
-                if (r != entry) hops.push_back({entry, r, after, false});
-              sender = entry;
+        for (const auto& [first_sender, start] : starts)
+          for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
+            std::vector<Hop> hops = start;
+            for (int g = 0; g < segments; ++g) {
+              DeviceId sender = first_sender;
+              int after = start.empty() ? -1 : 0;
+              for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
+                const int h = order[static_cast<size_t>(i)];
+                const std::vector<DeviceId>& receivers = away[h];
+                const int nic = rail % used_nics(c, h);
+                DeviceId entry = least_on(receivers, h, nic);
+                if (entry < 0) entry = least_on({}, h, nic);
+                hops.push_back({sender, entry, after, false});
+                after = static_cast<int>(hops.size()) - 1;
+                for (DeviceId r : receivers)
+                  if (r != entry) hops.push_back({entry, r, after, false});
+                sender = entry;
+              }
+            }
+            const double load = load_after(
+                hops, static_cast<double>(slice.volume() *
+                                          dtype_size(batch.tensors[job.tensor].tensor.dtype)));
+            if (best_load < 0 || load < best_load - 1e-12) {
+              best_load = load;
+              best = std::move(hops);
             }
           }
-          const double load = load_after(
-              hops, static_cast<double>(slice.volume() *
-                                        dtype_size(batch.tensors[job.tensor].tensor.dtype)));
-          if (best_load < 0 || load < best_load - 1e-12) {
-            best_load = load;
-            best = std::move(hops);
-          }
-        }
       }
       std::vector<int> added;
       for (const Hop& hop : best) {
@@ -780,6 +797,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       }
       continue;
     }
+    for (const auto& [holder, seconds] : serving) port[holder] -= seconds;
     // Spread, the receivers beside the holders take each piece from one of them, which has it as
     // a stage or else from a holder, so that a holder's port carries each piece once per host.
     for (int j = 0; j < n; ++j) {

@@ -91,15 +91,19 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // relays it and forwards it to the host's other receivers; receivers on holding hosts get it from
 // a holder beside them (one that is a stage too, the pieces it was not handed over). The NIC is j's
 // (cyclic) for `RailPick::cyclic`, else the one whose busiest device port or receiving NIC ends
-// least busy. Else nullopt. With `spread`, a job's transfers of one slice are one (a broadcast's
-// receivers beside other holders too, so that they may stage its pieces), each piece goes from its
-// holding host by 1 to all receiving hosts' chains (the receiving hosts in order, cut into that
-// many runs), as leaves its busiest port or receiving NIC least busy, and each holding host's
-// receivers take each piece from one of them, which has it as a stage or else from a holder.
+// least busy. Else nullopt. With `RailSpread::spread`, a job's transfers of one slice are one (a
+// broadcast's receivers beside other holders too, so that they may stage its pieces), each piece
+// goes from its holding host by 1 to all receiving hosts' chains (the receiving hosts in order, cut
+// into that many runs), as leaves its busiest port or receiving NIC least busy, and each holding
+// host's receivers take each piece from one of them, which has it as a stage or else from a holder.
+// With `RailSpread::handing`, spread too, and the holders' ports charged with that serving while
+// the pieces choose their senders, a piece may also leave by a stage on a NIC that has a holder:
+// a holder that sends over its own NIC at the NIC's rate has its port busy while its host waits.
 enum class RailPick { cyclic, least_busy };
+enum class RailSpread { none, spread, handing };
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
                                                 int rounds, int64_t min_piece_bytes, RailPick pick,
-                                                bool spread);
+                                                RailSpread how);
 
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
