@@ -185,13 +185,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   auto tasks = decompose(batch);
   auto jobs = detail::make_jobs(batch, tasks, options.strategy);
   // The played candidates below take slices that only copies follow: where a broadcast's receivers
-  // gather parts they hold, they are also played on the jobs without those gathers.
-  std::vector<detail::Job> ungathered;
-  if (options.strategy == Strategy::broadcast && effective_balance(options) == Balance::order &&
+  // gather parts they hold, they are also played on the jobs without those gathers, made from the
+  // tasks kept for them.
+  const bool gathers =
+      options.strategy == Strategy::broadcast && effective_balance(options) == Balance::order &&
       jobs.size() <= kMostJobsForACandidate &&
       std::any_of(jobs.begin(), jobs.end(),
-                  [](const detail::Job& job) { return !job.only_copies_follow(); }))
-    ungathered = detail::make_jobs(batch, tasks, options.strategy, false);
+                  [](const detail::Job& job) { return !job.only_copies_follow(); });
 
   Plan plan;
   plan.batch = batch;
@@ -201,6 +201,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
   // The tasks, and below the jobs where no candidate needs them, are freed as soon as they are
   // used: the ops take their memory rather than fresh pages (each a page fault, and at 4,096 x 8
   // hosts the tasks alone are 70 MB).
+  std::vector<std::vector<UnitTask>> kept_tasks;
+  if (gathers) kept_tasks = std::move(tasks);
   tasks = {};
   plan.ops = ops_of(batch, jobs, options, plan.balance);
   const bool many_jobs = jobs.size() > kMostJobsForACandidate;
@@ -411,7 +413,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         }
     };
     try_played(jobs);
-    if (!ungathered.empty()) try_played(ungathered);
+    if (!kept_tasks.empty() && !near())
+      try_played(detail::make_jobs(batch, kept_tasks, options.strategy, false));
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);

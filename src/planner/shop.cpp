@@ -31,6 +31,12 @@ struct Flow {
   Shares out = {};  // by the device of the holders' host that sends it over its NIC
   Shares in = {};   // by the device of the receiver's host it enters at
   double bytes() const { return static_cast<double>(transfer->bytes); }
+  // The holder that hands the slice to a stage `d` (or sends it, where `d` holds it): the first
+  // of `holders` on `d`'s host.
+  DeviceId holder_beside(const Cluster& c, DeviceId d) const {
+    return *std::find_if(holders.begin(), holders.end(),
+                         [&](DeviceId h) { return c.host_of(h) == c.host_of(d); });
+  }
 };
 
 void add_share(Shares& shares, int to, double bytes) {
@@ -187,12 +193,6 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   const auto barred = [](const Flow& f, DeviceId d) {
     return std::find(f.barred.begin(), f.barred.end(), d) != f.barred.end();
   };
-  // The holder that hands `f`'s bytes to stage `d` (as nic_shop's pieces have it): its first
-  // holder on `d`'s host.
-  const auto handing = [&](const Flow& f, DeviceId d) {
-    return *std::find_if(f.holders.begin(), f.holders.end(),
-                         [&](DeviceId h) { return c.host_of(h) == c.host_of(d); });
-  };
   if (from_any_host)
     for (Flow& f : flows) f.holders = f.candidates;
   const auto send_quantum = [&](Flow& f, double q) {
@@ -209,7 +209,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
           continue;
         double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
         if (!holds(f, d)) {
-          const DeviceId h = handing(f, d);
+          const DeviceId h = f.holder_beside(c, d);
           time = std::max(time, port[h] + link_time(h, q));
         }
         if (best < 0 || time < best_time) {
@@ -220,7 +220,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     add_share(f.out, best, q);
     out[nic_id(best)] += nic_time(best, q);
     port[best] += nic_time(best, q);
-    if (!holds(f, best)) port[handing(f, best)] += link_time(best, q);
+    if (!holds(f, best)) port[f.holder_beside(c, best)] += link_time(best, q);
   };
   const auto take_quantum = [&](Flow& f, double q) {
     const int host = c.host_of(f.receiver);
@@ -246,7 +246,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       for (const auto& [d, bytes] : f.out) {
         out[nic_id(d)] -= nic_time(d, bytes);
         port[d] -= nic_time(d, bytes);
-        if (!holds(f, d)) port[handing(f, d)] -= link_time(d, bytes);
+        if (!holds(f, d)) port[f.holder_beside(c, d)] -= link_time(d, bytes);
       }
       f.out.clear();
     }
@@ -469,8 +469,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       ShopPiece part{
           .job = f.job, .holder = sender, .sender = sender, .entry = entry, .receiver = f.receiver};
       if (std::find(f.holders.begin(), f.holders.end(), sender) == f.holders.end())
-        part.holder = *std::find_if(f.holders.begin(), f.holders.end(),
-                                    [&](DeviceId h) { return c.host_of(h) == c.host_of(sender); });
+        part.holder = f.holder_beside(c, sender);
       const auto bytes = static_cast<double>(element_bytes(*f.job, cut[p]));
       const auto whole = static_cast<size_t>(std::floor(bytes / piece));
       std::vector<double> sizes(whole, piece);
@@ -672,7 +671,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
     return from;
   };
-  for (const auto& [job_of, t] : work) {
+  for (size_t w = 0; w < work.size(); ++w) {
+    const auto& [job_of, t] = work[w];
     const Job& job = *job_of;
     const auto holding = hosts_of(t.candidates, c);
     std::map<int, std::vector<DeviceId>> away;    // receivers on hosts that do not hold it
@@ -691,10 +691,11 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     if (away.empty()) continue;
     // A receiver of the job's other transfers may not stage this one (spread, those of the same
     // slice are this one).
-    std::vector<DeviceId> barred;
-    for (const auto& [other_job, u] : work)
-      if (other_job == job_of && &u != &t)
-        barred.insert(barred.end(), u.receivers.begin(), u.receivers.end());
+    std::vector<DeviceId> barred;  // (a job's entries in `work` are consecutive)
+    for (size_t u = w; u-- > 0 && work[u].first == job_of;)
+      barred.insert(barred.end(), work[u].second.receivers.begin(), work[u].second.receivers.end());
+    for (size_t u = w + 1; u < work.size() && work[u].first == job_of; ++u)
+      barred.insert(barred.end(), work[u].second.receivers.begin(), work[u].second.receivers.end());
     // Per piece, per holding host: the step that handed it to a receiver there, as a stage.
     std::map<std::pair<int, int>, int> staged;
     const auto n =
