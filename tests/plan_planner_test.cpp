@@ -1000,6 +1000,32 @@ TEST(PlannerTest, AHolderServingItsHostHandsItsOwnRailToAStage) {
   EXPECT_LE(order_ratio(p, true), 1.10);
 }
 
+// Devices 0, 1 (host 0), 4 and 5 (host 1) each hold a quarter that three devices of hosts 0-5
+// need. Device 4 sent its quarter to device 16 (host 4) over its NIC, then to device 7 beside it
+// over its device link, at the NIC's rate plus a tenth (1.10x the bound with two NICs): balance
+// order now also probes a chain that ends at the receivers beside its sender, entered from the
+// last other host over NICs that carry nothing else (random suite seed 1117 r13).
+TEST(PlannerTest, AChainEndsAtTheReceiversBesideItsSender) {
+  Resharding p = problem_of({268435456}, Mesh({2, 2}, {0, 1, 4, 5}), "S0/1",
+                            Mesh({3, 4}, {23, 19, 7, 13, 9, 12, 16, 5, 2, 18, 4, 20}), "S1", 6, 4);
+  p.tensor.dtype = DType::bfloat16;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.05);
+}
+
+// Devices 0 and 1 (host 0, one per NIC) each hold a half that device 9 (host 4) needs, and device
+// 0 needs device 1's half too. Device 1 served it over its device link while its NIC waited, and
+// each holder handed the other some of its rail (1.09x the bound with two NICs): the played rails
+// now also let a receiver beside the holders take a piece back from a receiving host that has it,
+// over NICs that carry nothing else, and charge a holder with its own slices while the pieces
+// choose their rails (random suite seed 1119 r28).
+TEST(PlannerTest, AReceiverBesideTheHoldersTakesPiecesBackFromAfar) {
+  Resharding p = problem_of({7895163, 17}, Mesh({2}, {0, 1}), "S0R", Mesh({2}, {0, 9}), "RR", 6, 2);
+  p.tensor.dtype = DType::int32;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.05);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

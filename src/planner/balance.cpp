@@ -444,8 +444,17 @@ class OrderPlanner {
         if (t.receivers.size() < 2) continue;  // (one receiver is on the home host or away)
         std::vector<DeviceId> home, away;
         for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
-        if (!home.empty() && !away.empty())
+        if (!home.empty() && !away.empty()) {
           consider(ops_of(op_to(std::move(away), sender), op_to(std::move(home), sender)), {});
+          // Or the receivers beside the sender last in the one chain, which brings the slice
+          // back to them over NICs that may have nothing else to carry.
+          ChainKeys back = keys;
+          back.home_last = true;
+          work += 2 + static_cast<int64_t>(t.receivers.size());
+          consider(ops_of(transfer_op(t.receivers, t.host_turn, slice, job, sender, batch_,
+                                      options_.chunk_bytes, back)),
+                   {});
+        }
         continue;
       }
       // The receivers by host: the sender's host first, then the others in cyclic order of host

@@ -955,13 +955,18 @@ Op transfer_op(std::vector<DeviceId> receivers, int host_turn, const Box& slice,
     }
     if (last_group != chain.end()) std::rotate(last_group, group_end(last_group), chain.end());
   }
+  if (keys.home_last)
+    std::rotate(chain.begin(),
+                std::find_if(chain.begin(), chain.end(),
+                             [&](DeviceId d) { return cluster.host_of(d) != home; }),
+                chain.end());
   // Of the last host's devices (but the one it is entered at, from another host), the one with
   // the most sending ahead ends the chain, where it only receives.
   if (keys.sending && chain.size() >= 2) {
     const int host = cluster.host_of(chain.back());
     auto first = chain.end();
     while (first != chain.begin() && cluster.host_of(*std::prev(first)) == host) --first;
-    if (host != home) ++first;
+    if (host != home || keys.home_last) ++first;
     auto last = std::prev(chain.end());
     double most = keys.sending(*last);
     for (auto it = first; it != chain.end(); ++it)

@@ -138,12 +138,17 @@ struct ChainKeys {
   // device of the chain that sends nothing in it): a device with its own sends ahead should not
   // be held as a relay.
   std::function<double(DeviceId)> sending;
+  // The receivers on the sender's host end the chain, entered from its last other host: the
+  // sender's port and its host's NICs carry the slice once, and it comes back over NICs that
+  // may have nothing else to carry.
+  bool home_last = false;
 };
 
 // The op that moves `slice` (the whole of a transfer or one part of it) from `sender` to
 // `receivers` (the transfer's, or some of them): a send for one receiver, else a broadcast chained
-// host by host (the sender's host first, each host's devices consecutive, the other hosts turned
-// by the transfer's `host_turn`) with `chunk_bytes` (0 = chosen from the cost model). Without
+// host by host (the sender's host first, or last with `keys.home_last`; each host's devices
+// consecutive, the other hosts turned by the transfer's `host_turn`) with `chunk_bytes` (0 =
+// chosen from the cost model). Without
 // `keys`, another host's devices start at the lowest id, and the other host of highest id comes
 // last.
 Op transfer_op(std::vector<DeviceId> receivers, int host_turn, const Box& slice, const Job& job,

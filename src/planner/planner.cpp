@@ -400,11 +400,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // hosts forward what they took in while the holders send the next pieces. Each also spread:
       // receivers beside the holders staging pieces, and the holding host feeding several chains
       // where one ring would have the receiving hosts forward most of it; and spread with the
-      // holders handing pieces to stages on their own NICs where they serve their hosts; not
-      // instead, as none wins everywhere.
+      // holders handing pieces to stages on their own NICs where they serve their hosts; and
+      // spread with the receivers beside the holders taking pieces back from the receiving hosts;
+      // not instead, as none wins everywhere.
       for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
         for (detail::RailSpread how :
-             {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing}) {
+             {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
+              detail::RailSpread::returning}) {
           if (near()) break;
           const auto steps = detail::rail_steps(
               batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick,

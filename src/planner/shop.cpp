@@ -554,6 +554,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                                                 RailSpread how) {
   const bool spread = how != RailSpread::none;
   const bool handing = how == RailSpread::handing;
+  const bool returning = how == RailSpread::returning;
   const Cluster& c = batch.cluster;
   // A job's transfers of one slice (a broadcast's receivers on other hosts, and those on each
   // holding host) as one: its receivers beside the holders may then stage pieces and pass them on.
@@ -671,9 +672,24 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
     return from;
   };
+  // Returning, a device that alone holds slices to send away is charged with them at its NIC's
+  // rate until they are laid: a piece handed to it early would keep its own slices waiting.
+  std::vector<double> own(work.size(), 0);
+  if (returning)
+    for (size_t w = 0; w < work.size(); ++w) {
+      const Transfer& t = work[w].second;
+      if (t.candidates.size() != 1) continue;
+      const DeviceId d = t.candidates[0];
+      if (std::all_of(t.receivers.begin(), t.receivers.end(),
+                      [&](DeviceId r) { return c.host_of(r) == c.host_of(d); }))
+        continue;
+      own[w] = static_cast<double>(t.bytes) / c.single_nic_bandwidth_of(c.host_of(d));
+      port[d] += own[w];
+    }
   for (size_t w = 0; w < work.size(); ++w) {
     const auto& [job_of, t] = work[w];
     const Job& job = *job_of;
+    if (own[w] > 0) port[t.candidates[0]] -= own[w];
     const auto holding = hosts_of(t.candidates, c);
     std::map<int, std::vector<DeviceId>> away;    // receivers on hosts that do not hold it
     std::map<int, std::vector<DeviceId>> beside;  // the others, by host
@@ -700,6 +716,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     std::map<std::pair<int, int>, int> staged;
     const auto n =
         static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
+    // Per piece: the steps that brought it to devices of the receiving hosts.
+    std::vector<std::vector<int>> arrived(static_cast<size_t>(n));
     std::vector<int> order;  // the hosts after the holding host, cyclic
     for (const auto& [h, receivers] : away) order.push_back(h);
     // Handing, a holder's port hands each piece to its host's receivers once (below): counted
@@ -772,6 +790,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       for (const Hop& hop : best) {
         added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
                             hop.hand_over));
+        if (away.contains(c.host_of(hop.to)))
+          arrived[static_cast<size_t>(j)].push_back(added.back());
         if (const auto here = beside.find(c.host_of(hop.to));
             hop.hand_over && here != beside.end() &&
             std::find(here->second.begin(), here->second.end(), hop.to) != here->second.end())
@@ -811,7 +831,22 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
           DeviceId first = receivers[0];
           for (DeviceId r : receivers)
             if (port[r] < port[first]) first = r;
-          step = add(job, slice, holder_on(t, h), first, -1);
+          const DeviceId holder = holder_on(t, h);
+          const auto bytes = static_cast<double>(
+              slice.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype));
+          // Returning, from the receiving host's device that has it and sends least, where that
+          // leaves the ports and the receiving NIC less busy than the holder's port.
+          int back = -1;
+          if (returning)
+            for (int a : arrived[static_cast<size_t>(j)])
+              if (back < 0 || port[steps[static_cast<size_t>(a)].to] <
+                                  port[steps[static_cast<size_t>(back)].to])
+                back = a;
+          if (back >= 0 && load_after({{steps[static_cast<size_t>(back)].to, first, -1, false}},
+                                      bytes) < port[holder] + bytes / c.device_bandwidth_of(holder))
+            step = add(job, slice, steps[static_cast<size_t>(back)].to, first, back);
+          else
+            step = add(job, slice, holder, first, -1);
         }
         const DeviceId distributor = steps[static_cast<size_t>(step)].to;
         for (DeviceId r : receivers)

@@ -99,8 +99,13 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // With `RailSpread::handing`, spread too, and the holders' ports charged with that serving while
 // the pieces choose their senders, a piece may also leave by a stage on a NIC that has a holder:
 // a holder that sends over its own NIC at the NIC's rate has its port busy while its host waits.
+// With `RailSpread::returning`, spread too, and each holding host's receivers take a piece that no
+// stage there has from a holder or from the receiving hosts' device that has it and sends least,
+// whichever leaves the ports and the receiving NIC less busy (it comes back over NICs that often
+// carry nothing else), and a device that alone holds slices that leave its host is charged with
+// them at its NIC's rate until they are laid, so that it is not handed another holder's rail first.
 enum class RailPick { cyclic, least_busy };
-enum class RailSpread { none, spread, handing };
+enum class RailSpread { none, spread, handing, returning };
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
                                                 int rounds, int64_t min_piece_bytes, RailPick pick,
                                                 RailSpread how);
