@@ -1026,6 +1026,20 @@ TEST(PlannerTest, AReceiverBesideTheHoldersTakesPiecesBackFromAfar) {
   EXPECT_LE(order_ratio(p, false), 1.05);
 }
 
+// Devices 0 and 1 (host 0) and 2 and 3 (host 1) each hold a quarter that device 0 needs: host 1's
+// half enters by both of host 0's NICs, NIC 1's through device 1, which also sends its own quarter.
+// The greedy keeps a device's receipts apart, so device 0 took what came over NIC 0 and what came
+// from device 1 one after the other (1.06x the bound with two NICs): the candidates whose pieces
+// enter a host by every NIC (the shop's here) are also laid by a greedy that lets a device take in
+// from other hosts while it takes from its own (random suite seed 1113 r18).
+TEST(PlannerTest, ADeviceTakesInFromOtherHostsAndBesideItAtOnce) {
+  Resharding p = problem_of({4329608, 31, 2}, Mesh({2, 2}, {0, 1, 2, 3}), "RS10R",
+                            Mesh({1, 1}, {0}), "RRS0", 2, 2);
+  p.tensor.dtype = DType::bfloat16;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.03);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

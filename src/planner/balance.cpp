@@ -214,13 +214,13 @@ class Duties {
 class OrderPlanner {
  public:
   OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options,
-               Shape shape)
+               Shape shape, Receipts receipts)
       : batch_(batch),
         jobs_(jobs),
         options_(options),
         shape_(shape),
         bucket_bytes_(default_bucket_bytes(batch.cluster)),
-        model_(batch, devices_of(jobs)),
+        model_(batch, devices_of(jobs), receipts == Receipts::over_nics_at_once),
         duties_(jobs, batch.cluster),
         own_begin_(jobs.size() + 1, 0) {
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -822,8 +822,8 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
 }
 
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
-                              const PlanOptions& options, Shape shape) {
-  const OrderPlanner planner(batch, jobs, options, shape);
+                              const PlanOptions& options, Shape shape, Receipts receipts) {
+  const OrderPlanner planner(batch, jobs, options, shape, receipts);
   const int n = static_cast<int>(jobs.size());
 
   // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first). A

@@ -22,11 +22,19 @@ enum class Shape {
   relayed_down,  // as relayed, round the hosts the other way
 };
 
+// How balance order's timeline counts a device's receipts.
+enum class Receipts {
+  apart,              // one at a time, a heuristic that keeps them from sharing its link
+  over_nics_at_once,  // those from other hosts at once, each held only by its NICs: a device
+                      // link takes in several NICs' worth
+};
+
 // Greedy list scheduling on the Timeline cost model (largest jobs first, each transfer from the
 // holder that finishes it soonest), then a bounded search over job order and split choices that
 // keeps the best plan found; ops in start order.
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
-                              const PlanOptions& options, Shape shape = Shape::chains);
+                              const PlanOptions& options, Shape shape = Shape::chains,
+                              Receipts receipts = Receipts::apart);
 
 // Rails in lockstep: the jobs round by round (Job::round), each transfer from the holder on the
 // least-loaded host (then device, as balance size), handed over to its stage first where it has one

@@ -260,9 +260,20 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         plan.ops = std::move(ops);
       }
     };
+    // Each candidate by the greedy, which keeps a device's receipts apart. Those on rails and the
+    // shop's pieces (`at_once_too`), which enter a host by every NIC, are kept and, where every
+    // other candidate leaves the plan far from the bound, laid once more by the greedy that lets
+    // a device take in from other hosts at once (last, as it doubles their planning).
+    std::vector<std::pair<std::vector<detail::Job>, PlanOptions>> at_once;
+    bool several_nics = false;
+    for (int h = 0; h < batch.cluster.hosts; ++h)
+      several_nics = several_nics || batch.cluster.nics_of(h) > 1;
     const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
-                                   const PlanOptions& candidate, detail::Shape shape) {
-      if (!near()) try_ops(detail::balance_order(batch, candidate_jobs, candidate, shape));
+                                   const PlanOptions& candidate, detail::Shape shape,
+                                   bool at_once_too = false) {
+      if (near()) return;
+      try_ops(detail::balance_order(batch, candidate_jobs, candidate, shape));
+      if (at_once_too && several_nics) at_once.emplace_back(candidate_jobs, candidate);
     };
     if (!options.split && any_splittable(batch, jobs)) {
       PlanOptions split = options;
@@ -326,7 +337,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (near()) break;
           const auto rails =
               rails_of(jobs, {.stage_at_holders = stage_at_holders, .per_receiver = per_receiver});
-          try_candidate(rails, options, detail::Shape::chains);
+          try_candidate(rails, options, detail::Shape::chains, true);
           try_rounds(rails);
           if (near()) break;
           if (stage_at_holders) {
@@ -364,7 +375,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           for (bool per_receiver : {true, false}) {
             if (near()) break;
             const auto rails = rails_of(helped, {.per_receiver = per_receiver});
-            try_candidate(rails, options, detail::Shape::chains);
+            try_candidate(rails, options, detail::Shape::chains, true);
             try_rounds(rails);
           }
       }
@@ -389,7 +400,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
               level, from_any_host);
           if (!shop) continue;
           any_shop = true;
-          try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains);
+          try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
           if (!near())
             try_ops(detail::play_steps(batch, detail::shop_steps(*shop), of, kShopStock));
         }
@@ -417,6 +428,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     try_played(jobs);
     if (!kept_tasks.empty() && !near())
       try_played(detail::make_jobs(batch, kept_tasks, options.strategy, false));
+    for (const auto& [candidate_jobs, candidate] : at_once) {
+      if (near()) break;
+      try_ops(detail::balance_order(batch, candidate_jobs, candidate, detail::Shape::chains,
+                                    detail::Receipts::over_nics_at_once));
+    }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);

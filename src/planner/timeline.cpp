@@ -25,8 +25,10 @@ std::vector<int64_t> nic_keys(const Cluster& cluster, const std::vector<int64_t>
 
 }  // namespace
 
-CostModel::CostModel(const Batch& batch, const std::vector<DeviceId>& devices)
+CostModel::CostModel(const Batch& batch, const std::vector<DeviceId>& devices,
+                     bool receipts_over_nics_at_once)
     : batch_(&batch),
+      receipts_over_nics_at_once_(receipts_over_nics_at_once),
       timer_(batch),
       devices_(std::vector<int64_t>(devices.begin(), devices.end())),
       // Of each device once: `devices` names a device for every transfer to or from it.
@@ -52,11 +54,12 @@ CostModel::Cost CostModel::cost_of(const Op& op) const {
     cost.resources.push_back(port(*op.sender, false));
     DeviceId prev = *op.sender;
     for (DeviceId r : op.receivers) {
-      if (cluster.host_of(prev) != cluster.host_of(r)) {
+      const bool across = cluster.host_of(prev) != cluster.host_of(r);
+      if (across) {
         cost.resources.push_back(nic(prev, false));
         cost.resources.push_back(nic(r, true));
       }
-      cost.resources.push_back(port(r, true));
+      if (!across || !receipts_over_nics_at_once_) cost.resources.push_back(port(r, true));
       if (r != op.receivers.back()) cost.resources.push_back(port(r, false));  // a relay
       prev = r;
     }

@@ -19,8 +19,11 @@ namespace meshcast::detail {
 // given and their NICs, so tables follow the problem, not the cluster.
 class CostModel {
  public:
-  // `devices`: every device the ops to be costed name (any order, repeats allowed).
-  CostModel(const Batch& batch, const std::vector<DeviceId>& devices);
+  // `devices`: every device the ops to be costed name (any order, repeats allowed). With
+  // `receipts_over_nics_at_once`, a device's receipts from other hosts do not hold its receive
+  // port (only their NICs): its link takes in several NICs' worth at once.
+  CostModel(const Batch& batch, const std::vector<DeviceId>& devices,
+            bool receipts_over_nics_at_once = false);
   struct Cost {
     double duration = 0;
     std::vector<int> resources;
@@ -37,6 +40,7 @@ class CostModel {
 
  private:
   const Batch* batch_;
+  bool receipts_over_nics_at_once_;
   OpTimer timer_;
   DenseIndex devices_;
   DenseIndex nic_directions_;  // nic_key(d, in) of the devices' NICs
