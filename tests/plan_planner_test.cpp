@@ -1040,6 +1040,20 @@ TEST(PlannerTest, ADeviceTakesInFromOtherHostsAndBesideItAtOnce) {
   EXPECT_LE(order_ratio(p, true), 1.03);
 }
 
+// Devices 0 and 1 (host 0) and 11 (host 5) each hold the tensor, whose sixteenths devices 0-15
+// need. The shop from any host had host 0, whose NICs send most of the other hosts' sixteenths,
+// also help device 11 serve device 10 beside it, sized as if host 0's NICs were idle (1.053x the
+// bound with two NICs): the help is now sized by what the helping hosts' NICs send besides
+// (random suite seed 1101 r17).
+TEST(PlannerTest, HelpFromAfarCountsWhatTheHelpingHostsSendBesides) {
+  Resharding p = problem_of({16777216, 8}, Mesh({3, 1}, {0, 11, 1}), "RS1",
+                            Mesh({8, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}),
+                            "S1S0", 8, 2);
+  p.tensor.dtype = DType::float32;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.05);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

@@ -334,9 +334,9 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   }
   // A slice into its holder's own host that other hosts hold too is helped from afar: a part of
   // it enters by the host's NICs whose devices serve nothing beside them, so that the holders' send
-  // ports and those NICs (or the helping hosts' NICs, where those carry less), after what other
-  // flows bring into the host, end together. The same share of each such slice, cut from the end
-  // of its longest dimension.
+  // ports end with those NICs, after what other flows bring into the host, or with the helping
+  // hosts' NICs, after what they send besides, whichever ends later. The same share of each such
+  // slice, cut from the end of its longest dimension.
   std::deque<Transfer> helped;  // the parts from afar, which `flows` point at
   // At most one flow per job: a device staging one flow's slice could enter another's of the same
   // elements, and take them twice.
@@ -375,10 +375,19 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
             entry += c.single_nic_bandwidth_of(h);
             break;
           }
-      double helping = 0;
-      for (int g : home.helpers) helping += c.nic_bandwidth_of(g);
-      const double from_afar = std::min(entry, helping);
-      const double bytes = (near_bytes * from_afar - host_in[h] * near) / (from_afar + near);
+      // The helping hosts' NICs that have devices, which also send what was laid on them above.
+      double helping = 0, helping_out = 0;
+      for (int g : home.helpers) {
+        helping += c.single_nic_bandwidth_of(g) * used_nics(c, g);
+        helping_out += host_out[g];
+      }
+      // The holders' ports end with what enters by those NICs, or what leaves the helping hosts,
+      // whichever ends later.
+      const auto ending_together = [&](double nics, double before) {
+        return (near_bytes * nics - before * near) / (nics + near);
+      };
+      const double bytes =
+          std::min(ending_together(entry, host_in[h]), ending_together(helping, helping_out));
       share[h] = std::clamp(bytes / home.helpable, 0.0, 1.0);
     }
     for (const auto& [i, help] : afar) {

@@ -54,9 +54,9 @@ struct Shop {
 // With `from_any_host`, slices also leave hosts other than the one chosen above (else nullopt,
 // where that changes nothing): a slice into its holder's own host that other hosts hold too has a
 // part of it sent from afar (at most one such part per job, and none for a job with another slice
-// across hosts), the same share of each on a host, so that its holders' send ports and its NICs
-// whose devices hold none of those slices (or the helping hosts' NICs, if fewer) end together
-// after what else enters the host; and with ShopLevel::ports each slice across hosts is laid a
+// across hosts), the same share of each on a host, so that its holders' send ports end with its
+// NICs whose devices hold none of those slices, after what else enters the host, or with the
+// helping hosts' NICs that have devices, after what they send besides, whichever ends later; and with ShopLevel::ports each slice across hosts is laid a
 // quantum at a time on whichever holding host's NICs and ports end it soonest.
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host);
