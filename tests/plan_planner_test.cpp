@@ -1054,6 +1054,20 @@ TEST(PlannerTest, HelpFromAfarCountsWhatTheHelpingHostsSendBesides) {
   EXPECT_LE(order_ratio(p, false), 1.05);
 }
 
+// Devices 0 (host 0) and 4 (host 1) hold the tensor, whose thirds devices 3, 1 (host 0) and 11
+// (host 2) need. In the plays each holder handed its stages their pieces in step order, so the
+// stages fed host 2's NICs one after another while the others idled (1.36x the bound with four
+// NICs, each NIC busy for the bound's time): each play is also laid with a holder handing over
+// first the piece whose stage sends into the NIC that takes in fewest now (random suite seed 1112
+// r28).
+TEST(PlannerTest, HandOversGoFirstToTheStagesOfIdleNics) {
+  Resharding p =
+      problem_of({9586984, 7}, Mesh({2, 1}, {0, 4}), "S1R", Mesh({3}, {3, 11, 1}), "S0R", 3, 4);
+  p.tensor.dtype = DType::float64;
+  p.cluster.nics_per_host = 4;
+  EXPECT_LE(order_ratio(p, true), 1.25);
+}
+
 // Device 0 (host 0) holds the first half that device 1 beside it needs, device 2 (host 1) the
 // second half, which comes over host 0's two NICs in lockstep rounds. Device 0 sends nothing over
 // a NIC, so its own half now goes with the first round's gathers instead of after the last round,

@@ -379,6 +379,16 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             try_rounds(rails);
           }
       }
+    // Each play with a device's hand-overs in step order, and again toward the NICs that idle:
+    // neither wins everywhere.
+    const auto try_plays = [&](const std::vector<detail::PlayStep>& steps,
+                               const std::vector<detail::Job>& of, int stock) {
+      for (detail::HandOvers hand_overs :
+           {detail::HandOvers::in_order, detail::HandOvers::to_idle_nics}) {
+        if (near()) return;
+        try_ops(detail::play_steps(batch, steps, of, stock, hand_overs));
+      }
+    };
     // Slices that each go to one receiver, spread over every NIC of their hosts by bytes or by
     // the ports that carry them, through stages and forwards the greedy may not move (it sends a
     // piece from its holder where that ends it soonest, which puts the pieces back on their
@@ -401,8 +411,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (!shop) continue;
           any_shop = true;
           try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
-          if (!near())
-            try_ops(detail::play_steps(batch, detail::shop_steps(*shop), of, kShopStock));
+          try_plays(detail::shop_steps(*shop), of, kShopStock);
         }
         if (!any_shop) break;
       }
@@ -422,7 +431,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           const auto steps = detail::rail_steps(
               batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick,
               how);
-          if (steps) try_ops(detail::play_steps(batch, *steps, of, kRailStock));
+          if (steps) try_plays(*steps, of, kRailStock);
         }
     };
     try_played(jobs);

@@ -867,7 +867,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 }
 
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
-                           const std::vector<Job>& jobs, int stock) {
+                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs) {
   const Cluster& c = batch.cluster;
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
@@ -961,7 +961,16 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         int stocked = 0;
         for (int o : of_device[st.play->to])
           stocked += !started[o] && steps[o].ready && steps[o].across;
-        key = {stocked < stock ? 0 : 3, 0, 0};
+        int flows = 0;
+        double to_take = 0;
+        for (int next : waiting[s])
+          if (hand_overs == HandOvers::to_idle_nics && steps[next].across) {
+            const int in = nic_id(steps[next].play->to);
+            flows = flows_in[in];
+            to_take = in_left[in];
+            break;
+          }
+        key = {stocked < stock ? 0 : 3, flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
         const int n = flows_in[in];

@@ -56,8 +56,9 @@ struct Shop {
 // part of it sent from afar (at most one such part per job, and none for a job with another slice
 // across hosts), the same share of each on a host, so that its holders' send ports end with its
 // NICs whose devices hold none of those slices, after what else enters the host, or with the
-// helping hosts' NICs that have devices, after what they send besides, whichever ends later; and with ShopLevel::ports each slice across hosts is laid a
-// quantum at a time on whichever holding host's NICs and ports end it soonest.
+// helping hosts' NICs that have devices, after what they send besides, whichever ends later; and
+// with ShopLevel::ports each slice across hosts is laid a quantum at a time on whichever holding
+// host's NICs and ports end it soonest.
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host);
 
@@ -119,7 +120,11 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // share the NICs and receiving device links they cross max-min fairly, as in the simulator: a
 // link that two sends share takes twice as long for each, and a device whose every receiver is
 // busy still sends (it sends one op after another), so the order decides how often that happens.
+// Of its hand-overs a device chooses the first in step order, or with `HandOvers::to_idle_nics`
+// the one whose stage sends it on into the NIC that takes in fewest now, then has the most still
+// to take in (in step order, the stages all fed one host first, while another's NICs idled).
+enum class HandOvers { in_order, to_idle_nics };
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
-                           const std::vector<Job>& jobs, int stock);
+                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs);
 
 }  // namespace meshcast::detail
