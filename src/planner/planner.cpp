@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -34,6 +35,9 @@ namespace {
 // A plan within this factor of the lower bound is near enough: only a plan beyond it is worth
 // other candidates.
 constexpr double kNearTheBound = 1.05;
+// How near the best plan a candidate laid by the greedy that keeps receipts apart must come to be
+// laid again by the one that takes them in over NICs at once.
+constexpr double kAtOnceWithin = 1.2;
 // The most jobs for which balance order plans other candidates: planning and simulating each
 // costs about as much again as the first plan (up to five: split, one op per host, host by host
 // either way round, halved), which a large problem's planning time cannot spare.
@@ -253,18 +257,28 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         return false;
       }
     };
+    // The candidate's time (infinite where it is not a plan).
     const auto try_ops = [&](std::vector<Op> ops) {
-      if (!delivers_once(ops)) return;
-      if (const double time = fused_time(ops); time < best) {
+      if (!delivers_once(ops)) return std::numeric_limits<double>::infinity();
+      const double time = fused_time(ops);
+      if (time < best) {
         best = time;
         plan.ops = std::move(ops);
       }
+      return time;
     };
     // Each candidate by the greedy, which keeps a device's receipts apart. Those on rails and the
     // shop's pieces (`at_once_too`), which enter a host by every NIC, are kept and, where every
     // other candidate leaves the plan far from the bound, laid once more by the greedy that lets
-    // a device take in from other hosts at once (last, as it doubles their planning).
-    std::vector<std::pair<std::vector<detail::Job>, PlanOptions>> at_once;
+    // a device take in from other hosts at once (last, as it doubles their planning; and only
+    // those that came within kAtOnceWithin of the best plan so far: no other won on the random
+    // suite, and they cost half the time).
+    struct AtOnce {
+      double time = 0;  // by the greedy that keeps receipts apart
+      std::vector<detail::Job> jobs;
+      PlanOptions options;
+    };
+    std::vector<AtOnce> at_once;
     bool several_nics = false;
     for (int h = 0; h < batch.cluster.hosts; ++h)
       several_nics = several_nics || batch.cluster.nics_of(h) > 1;
@@ -272,8 +286,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                                    const PlanOptions& candidate, detail::Shape shape,
                                    bool at_once_too = false) {
       if (near()) return;
-      try_ops(detail::balance_order(batch, candidate_jobs, candidate, shape));
-      if (at_once_too && several_nics) at_once.emplace_back(candidate_jobs, candidate);
+      const double time = try_ops(detail::balance_order(batch, candidate_jobs, candidate, shape));
+      if (at_once_too && several_nics) at_once.push_back({time, candidate_jobs, candidate});
     };
     if (!options.split && any_splittable(batch, jobs)) {
       PlanOptions split = options;
@@ -437,10 +451,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     try_played(jobs);
     if (!kept_tasks.empty() && !near())
       try_played(detail::make_jobs(batch, kept_tasks, options.strategy, false));
-    for (const auto& [candidate_jobs, candidate] : at_once) {
+    for (const AtOnce& candidate : at_once) {
       if (near()) break;
-      try_ops(detail::balance_order(batch, candidate_jobs, candidate, detail::Shape::chains,
-                                    detail::Receipts::over_nics_at_once));
+      if (candidate.time <= kAtOnceWithin * best)
+        try_ops(detail::balance_order(batch, candidate.jobs, candidate.options,
+                                      detail::Shape::chains, detail::Receipts::over_nics_at_once));
     }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
