@@ -148,9 +148,8 @@ struct ChainKeys {
 // `receivers` (the transfer's, or some of them): a send for one receiver, else a broadcast chained
 // host by host (the sender's host first, or last with `keys.home_last`; each host's devices
 // consecutive, the other hosts turned by the transfer's `host_turn`) with `chunk_bytes` (0 =
-// chosen from the cost model). Without
-// `keys`, another host's devices start at the lowest id, and the other host of highest id comes
-// last.
+// chosen from the cost model). Without `keys`, another host's devices start at the lowest id, and
+// the other host of highest id comes last.
 Op transfer_op(std::vector<DeviceId> receivers, int host_turn, const Box& slice, const Job& job,
                DeviceId sender, const Batch& batch, int64_t chunk_bytes,
                const ChainKeys& keys = {});
