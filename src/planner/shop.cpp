@@ -1,5 +1,6 @@
 #include "shop.h"
 
+#include "meshcast/dense_index.h"
 #include "source_tiles.h"
 
 #include <algorithm>
@@ -898,9 +899,17 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     steps.push_back(
         {.play = &p, .across = across, .ready = p.after < 0, .links = std::move(links)});
   }
-  std::vector<std::vector<int>> of_device(c.devices());
+  // The devices the steps name, densely: a play follows the problem, not the cluster.
+  std::vector<int64_t> named;
+  named.reserve(2 * plays.size());
+  for (const PlayStep& p : plays) {
+    named.push_back(p.from);
+    named.push_back(p.to);
+  }
+  const DenseIndex device(std::move(named));
+  std::vector<std::vector<int>> of_device(device.size());
   for (int s = 0; s < static_cast<int>(steps.size()); ++s)
-    of_device[steps[s].play->from].push_back(s);
+    of_device[device.index_of(steps[s].play->from)].push_back(s);
 
   struct Flow {
     int step = 0;
@@ -908,12 +917,12 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     double rate = 0;  // bytes per second
   };
   std::vector<Flow> active;
-  std::vector<bool> busy(c.devices(), false);
+  std::vector<bool> busy(device.size(), false);
   std::vector<bool> started(steps.size(), false);
-  std::map<int, int> flows_in;                  // active sends into each NIC
-  std::vector<int> flows_to(c.devices(), 0);    // active steps into each device
-  std::vector<double> to_left(c.devices(), 0);  // bytes each device has still to take in
-  for (const PlayStep& p : plays) to_left[p.to] += static_cast<double>(p.bytes);
+  std::map<int, int> flows_in;                    // active sends into each NIC
+  std::vector<int> flows_to(device.size(), 0);    // active steps into each device
+  std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
+  for (const PlayStep& p : plays) to_left[device.index_of(p.to)] += static_cast<double>(p.bytes);
   // Max-min fair rates by progressive filling of the links the active steps share.
   const auto share_rates = [&] {
     std::map<int64_t, double> capacity;
@@ -951,7 +960,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   const auto choose = [&](DeviceId d) {
     int best = -1;
     std::tuple<int, int, double> best_key;
-    for (int s : of_device[d]) {
+    for (int s : of_device[device.index_of(d)]) {
       const Step& st = steps[s];
       if (started[s] || !st.ready) continue;
       std::tuple<int, int, double> key;
@@ -959,7 +968,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         // First while its stage has fewer than `stock` sends it could start: a stage whose
         // hand-overs come only when it idles leaves its NIC idle for each.
         int stocked = 0;
-        for (int o : of_device[st.play->to])
+        for (int o : of_device[device.index_of(st.play->to)])
           stocked += !started[o] && steps[o].ready && steps[o].across;
         int flows = 0;
         double to_take = 0;
@@ -977,7 +986,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         key = {n == 0 ? 1 : 4, n, -in_left[in]};
       } else {
         // Into the device that takes in least now, then has the most still to take in.
-        key = {2, flows_to[st.play->to], -to_left[st.play->to]};
+        const int to = device.index_of(st.play->to);
+        key = {2, flows_to[to], -to_left[to]};
       }
       if (best < 0 || key < best_key) {
         best = s;
@@ -989,8 +999,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<Op> ops;
   const auto start_free_devices = [&] {
     std::vector<DeviceId> free;
-    for (DeviceId d = 0; d < c.devices(); ++d)
-      if (!busy[d]) free.push_back(d);
+    for (int i = 0; i < device.size(); ++i)
+      if (!busy[i]) free.push_back(static_cast<DeviceId>(device.id_at(i)));
     const auto left = [&](DeviceId d) {
       const auto it = out_left.find(nic_id(d));
       return it == out_left.end() ? 0.0 : it->second;
@@ -1002,10 +1012,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       if (s < 0) continue;
       const Step& st = steps[s];
       const auto bytes = static_cast<double>(st.play->bytes);
-      busy[d] = true;
+      busy[device.index_of(d)] = true;
       started[s] = true;
-      ++flows_to[st.play->to];
-      to_left[st.play->to] -= bytes;
+      ++flows_to[device.index_of(st.play->to)];
+      to_left[device.index_of(st.play->to)] -= bytes;
       if (st.across) {
         ++flows_in[nic_id(st.play->to)];
         in_left[nic_id(st.play->to)] -= bytes;
@@ -1030,8 +1040,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         continue;
       }
       const Step& st = steps[f.step];
-      busy[st.play->from] = false;
-      --flows_to[st.play->to];
+      busy[device.index_of(st.play->from)] = false;
+      --flows_to[device.index_of(st.play->to)];
       if (st.across) --flows_in[nic_id(st.play->to)];
       for (int next : waiting[f.step]) steps[next].ready = true;
     }
