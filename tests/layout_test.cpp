@@ -101,6 +101,18 @@ TEST(MeshTest, RejectsBadDeviceListsAndShapes) {
   EXPECT_THROW(Mesh({2, 0}, {}), InvalidArgument);
   EXPECT_THROW(Mesh({2}, {0, -1}), InvalidArgument);
   EXPECT_THROW(Mesh::placed({2, 8}, 0, 4), InvalidArgument);
+  // Found by fuzz_batch_json: a placed mesh's leading axes were counted before they were checked,
+  // so a negative one reserved a negative device count (std::length_error, not InvalidArgument).
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> bad_shapes = {
+      {{-8, 2}, "axis 0 is -8"}, {{2, 0, 2}, "axis 1 is 0"}, {{}, "at least one axis"}};
+  for (const auto& [shape, message] : bad_shapes) {
+    try {
+      Mesh::placed(shape, 0, 4);
+      FAIL() << mesh_shape_to_string(shape);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(parse_mesh_shape("2x0"), InvalidArgument);
   EXPECT_THROW(parse_device_list("0,1,x"), InvalidArgument);
   try {

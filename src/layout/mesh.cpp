@@ -11,9 +11,14 @@
 namespace meshcast {
 namespace {
 
-// The device count of a mesh shape with positive axes; throws InvalidArgument when it exceeds
-// kMaxDevices, the bound a cluster has too.
+// The device count of a mesh shape; throws InvalidArgument unless the shape has an axis, every
+// axis is positive and the count is at most kMaxDevices, the bound a cluster has too.
 int64_t device_count(const std::vector<int64_t>& shape) {
+  if (shape.empty()) throw InvalidArgument("bad mesh: expected at least one axis");
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] <= 0)
+      throw InvalidArgument(fmt::format("bad mesh shape {}: axis {} is {}, expected > 0",
+                                        mesh_shape_to_string(shape), i, shape[i]));
   const auto n = checked_product(shape);
   if (!n || *n > kMaxDevices)
     throw InvalidArgument(fmt::format("mesh {} has {} devices: expected at most {}",
@@ -54,15 +59,10 @@ std::vector<int64_t> parse_integers(std::string_view text, std::string_view sepa
 
 Mesh::Mesh(std::vector<int64_t> shape, std::vector<DeviceId> devices)
     : shape_(std::move(shape)), devices_(std::move(devices)) {
-  if (shape_.empty()) throw InvalidArgument("bad mesh: expected at least one axis");
-  for (size_t i = 0; i < shape_.size(); ++i)
-    if (shape_[i] <= 0)
-      throw InvalidArgument(fmt::format("bad mesh shape {}: axis {} is {}, expected > 0",
-                                        mesh_shape_to_string(shape_), i, shape_[i]));
-  if (static_cast<int64_t>(devices_.size()) != device_count(shape_))
+  const int64_t count = device_count(shape_);
+  if (static_cast<int64_t>(devices_.size()) != count)
     throw InvalidArgument(fmt::format("mesh {} needs {} devices, the device list has {}",
-                                      mesh_shape_to_string(shape_), device_count(shape_),
-                                      devices_.size()));
+                                      mesh_shape_to_string(shape_), count, devices_.size()));
   std::unordered_set<DeviceId> seen;
   for (auto d : devices_) {
     check_device_id(d);
@@ -73,15 +73,14 @@ Mesh::Mesh(std::vector<int64_t> shape, std::vector<DeviceId> devices)
 }
 
 Mesh Mesh::placed(std::vector<int64_t> shape, int first_host, int devices_per_host) {
-  if (shape.empty()) throw InvalidArgument("bad mesh: expected at least one axis");
+  const int64_t count = device_count(shape);
   if (first_host < 0)
     throw InvalidArgument(fmt::format("bad first host {}: expected >= 0", first_host));
   const int64_t per_host = shape.back();
-  if (per_host <= 0 || per_host > devices_per_host)
+  if (per_host > devices_per_host)
     throw InvalidArgument(
         fmt::format("mesh {} puts {} devices on each host, but hosts have {} devices",
                     mesh_shape_to_string(shape), per_host, devices_per_host));
-  const int64_t count = device_count(shape);
   // Ids grow with the flat index: the last one, in int64, is the largest.
   const int64_t last_id =
       (first_host + (count - 1) / per_host) * int64_t{devices_per_host} + (count - 1) % per_host;
