@@ -384,8 +384,7 @@ class OrderPlanner {
     // first holder along the same chain as the others it fuses with them into one bucket. A
     // device's sending ends after its busy send port and then its own slices still to place (the
     // bytes only it holds, at its NIC's rate).
-    const bool spread =
-        slice.volume() * dtype_size(batch_.tensors[job.tensor].tensor.dtype) >= bucket_bytes_;
+    const bool spread = slice_bytes(batch_, job, slice) >= bucket_bytes_;
     const auto sending_ends = [&](DeviceId d) {
       return spread ? schedule.idle_from(model_.port(d, /*in=*/false)) +
                           own_left[model_.device_index(d)] /
@@ -407,10 +406,11 @@ class OrderPlanner {
     const ChainKeys keys{std::cref(entry_key), [this](int host) { return duties_.of(host); },
                          spread ? std::function<double(DeviceId)>(std::cref(sending_ends))
                                 : std::function<double(DeviceId)>{}};
-    const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender) {
+    const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender,
+                           const ChainKeys& chain_keys) {
       work += 2 + static_cast<int64_t>(receivers.size());
       return transfer_op(std::move(receivers), t.host_turn, slice, job, sender, batch_,
-                         options_.chunk_bytes, keys);
+                         options_.chunk_bytes, chain_keys);
     };
     // Ties (holders on one host, whose NIC the timeline holds whole for each op) go to the holder
     // whose sending ends soonest: the simulator, like the rule, runs sends of different devices
@@ -432,28 +432,28 @@ class OrderPlanner {
       const int home_host = cluster.host_of(sender);
       if (t.through_stage) {
         const DeviceId stage = t.stages[0];
-        consider(ops_of(op_to({stage}, sender), op_to(t.receivers, stage)), {-1, 0});
+        consider(ops_of(op_to({stage}, sender, keys), op_to(t.receivers, stage, keys)), {-1, 0});
         continue;
       }
       if (shape_ == Shape::chains) {
-        consider(ops_of(op_to(t.receivers, sender)), {});
+        consider(ops_of(op_to(t.receivers, sender, keys)), {});
         // Handed over the device link to the stage first, the slice leaves by the stage's NIC
         // while the holder's send port is free again after a tenth of the time or so.
         if (const auto stage = t.stage_on(home_host, cluster))
-          consider(ops_of(op_to({*stage}, sender), op_to(t.receivers, *stage)), {-1, 0});
+          consider(ops_of(op_to({*stage}, sender, keys), op_to(t.receivers, *stage, keys)),
+                   {-1, 0});
         if (t.receivers.size() < 2) continue;  // (one receiver is on the home host or away)
         std::vector<DeviceId> home, away;
         for (DeviceId r : t.receivers) (cluster.host_of(r) == home_host ? home : away).push_back(r);
         if (!home.empty() && !away.empty()) {
-          consider(ops_of(op_to(std::move(away), sender), op_to(std::move(home), sender)), {});
+          consider(
+              ops_of(op_to(std::move(away), sender, keys), op_to(std::move(home), sender, keys)),
+              {});
           // Or the receivers beside the sender last in the one chain, which brings the slice
           // back to them over NICs that may have nothing else to carry.
           ChainKeys back = keys;
           back.home_last = true;
-          work += 2 + static_cast<int64_t>(t.receivers.size());
-          consider(ops_of(transfer_op(t.receivers, t.host_turn, slice, job, sender, batch_,
-                                      options_.chunk_bytes, back)),
-                   {});
+          consider(ops_of(op_to(t.receivers, sender, back)), {});
         }
         continue;
       }
@@ -477,7 +477,7 @@ class OrderPlanner {
       int from_op = -1;
       for (std::vector<DeviceId>& group : groups) {
         const bool home = cluster.host_of(group[0]) == home_host;
-        ops.push_back(op_to(std::move(group), home ? sender : from));
+        ops.push_back(op_to(std::move(group), home ? sender : from, keys));
         after.push_back(home ? -1 : from_op);
         if (relay && !home) {
           from = ops.back().receivers.back();

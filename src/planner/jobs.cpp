@@ -41,7 +41,7 @@ void add_host_group(Job& job, const UnitTask& task, const std::vector<DeviceId>&
   for (int i = 0; i < k; ++i) {
     const Box part = allgather_part(task.slice, k, i);
     job.transfers.push_back({part,
-                             part.volume() * element_size(batch, job.tensor),
+                             slice_bytes(batch, job, part),
                              {group[i]},
                              task.senders,
                              /*splittable=*/false});
@@ -865,6 +865,10 @@ bool Transfer::within_holding_hosts(const Cluster& cluster) const {
   return std::all_of(receivers.begin(), receivers.end(), [&](DeviceId r) {
     return std::find(hosts.begin(), hosts.end(), cluster.host_of(r)) != hosts.end();
   });
+}
+
+int64_t slice_bytes(const Batch& batch, const Job& job, const Box& slice) {
+  return slice.volume() * element_size(batch, job.tensor);
 }
 
 std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& cluster) {

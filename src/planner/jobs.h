@@ -167,6 +167,9 @@ int split_parts(const Transfer& transfer, int holder_hosts);
 // proportion to `weights` (rounded to whole elements; a part may be empty).
 std::vector<Box> cut_at_weights(const Box& slice, const std::vector<double>& weights);
 
+// The bytes of `slice` of `job`'s tensor.
+int64_t slice_bytes(const Batch& batch, const Job& job, const Box& slice);
+
 // Distinct hosts of `devices`, in first-seen order.
 std::vector<int> hosts_of(const std::vector<DeviceId>& devices, const Cluster& cluster);
 

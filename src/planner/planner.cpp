@@ -279,15 +279,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       PlanOptions options;
     };
     std::vector<AtOnce> at_once;
-    bool several_nics = false;
-    for (int h = 0; h < batch.cluster.hosts; ++h)
-      several_nics = several_nics || batch.cluster.nics_of(h) > 1;
     const auto try_candidate = [&](const std::vector<detail::Job>& candidate_jobs,
                                    const PlanOptions& candidate, detail::Shape shape,
                                    bool at_once_too = false) {
       if (near()) return;
       const double time = try_ops(detail::balance_order(batch, candidate_jobs, candidate, shape));
-      if (at_once_too && several_nics) at_once.push_back({time, candidate_jobs, candidate});
+      if (at_once_too && any_into_several_nics(batch, candidate_jobs))
+        at_once.push_back({time, candidate_jobs, candidate});
     };
     if (!options.split && any_splittable(batch, jobs)) {
       PlanOptions split = options;

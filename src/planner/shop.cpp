@@ -275,10 +275,6 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     for (const Transfer& t : job.transfers)
       if (t.receivers.size() != 1) return std::nullopt;
   }
-  const auto element_bytes = [&](const Job& job, const Box& box) {
-    return box.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype);
-  };
-
   // Each slice from its receiver's host where that holds it (over the device link, from the
   // holder with the least to send beside it), else from the holding host with the least to send
   // per NIC so far, largest slices first.
@@ -401,9 +397,9 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       if (at >= whole.hi) continue;
       Transfer part{.slice = p.slice, .receivers = {p.receiver}, .candidates = others};
       part.slice.dims[longest].lo = at;
-      part.bytes = element_bytes(*p.job, part.slice);
+      part.bytes = slice_bytes(batch, *p.job, part.slice);
       p.slice.dims[longest].hi = at;
-      p.bytes = element_bytes(*p.job, p.slice);
+      p.bytes = slice_bytes(batch, *p.job, p.slice);
       port[p.holder] -= static_cast<double>(part.bytes) / c.device_bandwidth_of(p.holder);
       helped.push_back(std::move(part));
       add_flow(p.job, &helped.back(), others);
@@ -433,7 +429,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     for (int i = 0; i < parts; ++i) {
       ShopPiece part = p;
       part.slice = allgather_part(p.slice, parts, i);
-      part.bytes = element_bytes(*p.job, part.slice);
+      part.bytes = slice_bytes(batch, *p.job, part.slice);
       part.round = i;
       if (!part.slice.empty()) beside.push_back(std::move(part));
     }
@@ -480,7 +476,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
           .job = f.job, .holder = sender, .sender = sender, .entry = entry, .receiver = f.receiver};
       if (std::find(f.holders.begin(), f.holders.end(), sender) == f.holders.end())
         part.holder = f.holder_beside(c, sender);
-      const auto bytes = static_cast<double>(element_bytes(*f.job, cut[p]));
+      const auto bytes = static_cast<double>(slice_bytes(batch, *f.job, cut[p]));
       const auto whole = static_cast<size_t>(std::floor(bytes / piece));
       std::vector<double> sizes(whole, piece);
       if (bytes > piece * static_cast<double>(whole))
@@ -489,7 +485,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       for (const Box& slice : cut_at_weights(cut[p], sizes)) {
         if (slice.empty()) continue;
         part.slice = slice;
-        part.bytes = element_bytes(*f.job, slice);
+        part.bytes = slice_bytes(batch, *f.job, slice);
         part.round = static_cast<int>(pieces.size());
         pieces.push_back(part);
       }
@@ -643,7 +639,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   std::vector<PlayStep> steps;
   const auto add = [&](const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
                        bool hand_over = false) {
-    const int64_t bytes = slice.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype);
+    const int64_t bytes = slice_bytes(batch, job, slice);
     port[from] += port_seconds(from, to, static_cast<double>(bytes));
     if (const double in = in_seconds(from, to, static_cast<double>(bytes)); in > 0)
       nic_in[nic_id(to)] += in;
@@ -690,9 +686,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       const Transfer& t = work[w].second;
       if (t.candidates.size() != 1) continue;
       const DeviceId d = t.candidates[0];
-      if (std::all_of(t.receivers.begin(), t.receivers.end(),
-                      [&](DeviceId r) { return c.host_of(r) == c.host_of(d); }))
-        continue;
+      if (t.within_holding_hosts(c)) continue;
       own[w] = static_cast<double>(t.bytes) / c.single_nic_bandwidth_of(c.host_of(d));
       port[d] += own[w];
     }
@@ -787,9 +781,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                 sender = entry;
               }
             }
-            const double load = load_after(
-                hops, static_cast<double>(slice.volume() *
-                                          dtype_size(batch.tensors[job.tensor].tensor.dtype)));
+            const double load =
+                load_after(hops, static_cast<double>(slice_bytes(batch, job, slice)));
             if (best_load < 0 || load < best_load - 1e-12) {
               best_load = load;
               best = std::move(hops);
@@ -842,8 +835,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
           for (DeviceId r : receivers)
             if (port[r] < port[first]) first = r;
           const DeviceId holder = holder_on(t, h);
-          const auto bytes = static_cast<double>(
-              slice.volume() * dtype_size(batch.tensors[job.tensor].tensor.dtype));
+          const auto bytes = static_cast<double>(slice_bytes(batch, job, slice));
           // Returning, from the receiving host's device that has it and sends least, where that
           // leaves the ports and the receiving NIC less busy than the holder's port.
           int back = -1;
@@ -878,10 +870,19 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   using Links = std::vector<std::pair<int64_t, double>>;
   struct Step {
     const PlayStep* play = nullptr;
-    bool across = false;  // over the NICs
+    int from = 0, to = 0;  // the play's devices, as indices of `device` below
+    bool across = false;   // over the NICs
     bool ready = false;
     Links links = {};
   };
+  // The devices the steps name, densely: a play follows the problem, not the cluster.
+  std::vector<int64_t> named;
+  named.reserve(2 * plays.size());
+  for (const PlayStep& p : plays) {
+    named.push_back(p.from);
+    named.push_back(p.to);
+  }
+  const DenseIndex device(std::move(named));
   std::vector<Step> steps;
   std::vector<std::vector<int>> waiting(plays.size());  // the steps that wait for each
   std::map<int, double> in_left, out_left;  // bytes each NIC has still to take in and send
@@ -896,20 +897,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       links.emplace_back(-1 - int64_t{nic_id(p.to)}, c.single_nic_bandwidth_of(c.host_of(p.to)));
     }
     if (p.after >= 0) waiting[p.after].push_back(static_cast<int>(steps.size()));
-    steps.push_back(
-        {.play = &p, .across = across, .ready = p.after < 0, .links = std::move(links)});
+    steps.push_back({.play = &p,
+                     .from = device.index_of(p.from),
+                     .to = device.index_of(p.to),
+                     .across = across,
+                     .ready = p.after < 0,
+                     .links = std::move(links)});
   }
-  // The devices the steps name, densely: a play follows the problem, not the cluster.
-  std::vector<int64_t> named;
-  named.reserve(2 * plays.size());
-  for (const PlayStep& p : plays) {
-    named.push_back(p.from);
-    named.push_back(p.to);
-  }
-  const DenseIndex device(std::move(named));
   std::vector<std::vector<int>> of_device(device.size());
-  for (int s = 0; s < static_cast<int>(steps.size()); ++s)
-    of_device[device.index_of(steps[s].play->from)].push_back(s);
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) of_device[steps[s].from].push_back(s);
 
   struct Flow {
     int step = 0;
@@ -922,7 +918,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::map<int, int> flows_in;                    // active sends into each NIC
   std::vector<int> flows_to(device.size(), 0);    // active steps into each device
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
-  for (const PlayStep& p : plays) to_left[device.index_of(p.to)] += static_cast<double>(p.bytes);
+  for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
   // Max-min fair rates by progressive filling of the links the active steps share.
   const auto share_rates = [&] {
     std::map<int64_t, double> capacity;
@@ -957,10 +953,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       }
     }
   };
-  const auto choose = [&](DeviceId d) {
+  const auto choose = [&](int d) {  // an index of `device`
     int best = -1;
     std::tuple<int, int, double> best_key;
-    for (int s : of_device[device.index_of(d)]) {
+    for (int s : of_device[d]) {
       const Step& st = steps[s];
       if (started[s] || !st.ready) continue;
       std::tuple<int, int, double> key;
@@ -968,8 +964,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         // First while its stage has fewer than `stock` sends it could start: a stage whose
         // hand-overs come only when it idles leaves its NIC idle for each.
         int stocked = 0;
-        for (int o : of_device[device.index_of(st.play->to)])
-          stocked += !started[o] && steps[o].ready && steps[o].across;
+        for (int o : of_device[st.to]) stocked += !started[o] && steps[o].ready && steps[o].across;
         int flows = 0;
         double to_take = 0;
         for (int next : waiting[s])
@@ -986,8 +981,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         key = {n == 0 ? 1 : 4, n, -in_left[in]};
       } else {
         // Into the device that takes in least now, then has the most still to take in.
-        const int to = device.index_of(st.play->to);
-        key = {2, flows_to[to], -to_left[to]};
+        key = {2, flows_to[st.to], -to_left[st.to]};
       }
       if (best < 0 || key < best_key) {
         best = s;
@@ -998,24 +992,23 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   };
   std::vector<Op> ops;
   const auto start_free_devices = [&] {
-    std::vector<DeviceId> free;
+    std::vector<int> free;
     for (int i = 0; i < device.size(); ++i)
-      if (!busy[i]) free.push_back(static_cast<DeviceId>(device.id_at(i)));
-    const auto left = [&](DeviceId d) {
-      const auto it = out_left.find(nic_id(d));
+      if (!busy[i]) free.push_back(i);
+    const auto left = [&](int d) {
+      const auto it = out_left.find(nic_id(static_cast<DeviceId>(device.id_at(d))));
       return it == out_left.end() ? 0.0 : it->second;
     };
-    std::stable_sort(free.begin(), free.end(),
-                     [&](DeviceId a, DeviceId b) { return left(a) > left(b); });
-    for (DeviceId d : free) {
+    std::stable_sort(free.begin(), free.end(), [&](int a, int b) { return left(a) > left(b); });
+    for (int d : free) {
       const int s = choose(d);
       if (s < 0) continue;
       const Step& st = steps[s];
       const auto bytes = static_cast<double>(st.play->bytes);
-      busy[device.index_of(d)] = true;
+      busy[d] = true;
       started[s] = true;
-      ++flows_to[device.index_of(st.play->to)];
-      to_left[device.index_of(st.play->to)] -= bytes;
+      ++flows_to[st.to];
+      to_left[st.to] -= bytes;
       if (st.across) {
         ++flows_in[nic_id(st.play->to)];
         in_left[nic_id(st.play->to)] -= bytes;
@@ -1040,8 +1033,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         continue;
       }
       const Step& st = steps[f.step];
-      busy[device.index_of(st.play->from)] = false;
-      --flows_to[device.index_of(st.play->to)];
+      busy[st.from] = false;
+      --flows_to[st.to];
       if (st.across) --flows_in[nic_id(st.play->to)];
       for (int next : waiting[f.step]) steps[next].ready = true;
     }
