@@ -82,6 +82,12 @@ TEST(SpecVocabularyTest, BadFormsNameTheEntryAndWhatWasExpected) {
             std::string::npos);
   EXPECT_NE(error_of("Shard(x),Replicate()", names).find("'Shard(x)' needs an integer"),
             std::string::npos);
+  // Found by fuzz_sharding_spec: without the tensor's rank, Shard(77777802) sized a spec of 77
+  // million dims (1.8 GB) before anything checked it.
+  EXPECT_NE(
+      error_of("Shard(1),Shard(77777802)", {.tensor_rank = 0, .mesh_rank = 2, .axis_names = {}})
+          .find("'Shard(77777802)' is outside any tensor (at most 8 dims)"),
+      std::string::npos);
   EXPECT_NE(error_of("Partial(),Replicate()", names).find("pending reduction"), std::string::npos);
   EXPECT_NE(error_of("Shard(0),Foo()", names).find("'Foo()' is not a placement"),
             std::string::npos);

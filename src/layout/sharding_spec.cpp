@@ -8,6 +8,7 @@
 #include <set>
 
 #include "meshcast/error.h"
+#include "meshcast/layout/box.h"
 
 namespace meshcast {
 namespace {
@@ -115,6 +116,9 @@ ShardingSpec parse_placements(std::string_view text, const SpecContext& context)
     }
     if (context.tensor_rank > 0 && dim >= context.tensor_rank)
       fail(item, fmt::format("is outside a tensor of {} dims", context.tensor_rank));
+    // Without the rank, the dim still sizes the spec: no tensor has more than kMaxRank dims.
+    if (dim >= kMaxRank)
+      fail(item, fmt::format("is outside any tensor (at most {} dims)", kMaxRank));
     rank = std::max(rank, dim + 1);
     shards.emplace_back(dim, static_cast<int>(axis));
   }
