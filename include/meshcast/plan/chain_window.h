@@ -1,6 +1,7 @@
 // How an executor plays a chain hop over the network, and so how the simulator times one
-// (docs/concepts.md#simulator, docs/executors.md#chains): the chunk it cuts a message into and the
-// chunks it keeps in flight, from the link's bandwidth x round trip.
+// (docs/concepts.md#chain-window-the-simulator-charges-what-the-executors-do,
+// docs/executors.md#the-mpi-transport): the chunk it cuts a message into and the chunks it keeps
+// in flight, from the link's bandwidth x round trip.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 namespace meshcast {
 
 // Chunk of a message that crosses hosts when the plan gives none: below Open MPI's TCP eager limit
-// (64 KiB), so that no chunk needs a rendezvous handshake (docs/executors.md#mpi-backend).
+// (64 KiB), so that no chunk needs a rendezvous handshake (docs/executors.md#the-mpi-transport).
 inline constexpr int64_t kCrossHostChunk = 63 * 1024;
 // Chunks a chain hop keeps in flight at least: one arriving while the next is sent.
 inline constexpr int kChainMinWindow = 2;

@@ -82,8 +82,8 @@ class OpTimer {
   std::unique_ptr<sim::Network> net_;
 };
 
-// A chained broadcast's pipeline (docs/simulator.md#chains): `bytes` cut into chunks of `chunk`
-// (at most `bytes`; 0 = one message), each one message, forwarded through hops of the given
+// A chained broadcast's pipeline (docs/simulator.md#ops-as-flows): `bytes` cut into chunks of
+// `chunk` (at most `bytes`; 0 = one message), each one message, forwarded through hops of the given
 // capacities (bytes/s, in chain order) with `latency` per message. Before its flow moves, the op
 // pays `delay_s`: a latency per hop, and the first chunk's time on every hop but the slowest (the
 // fill). Its flow then moves at most at `max_rate`: each hop keeps a window of chunks in flight
