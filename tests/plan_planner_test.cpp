@@ -1039,6 +1039,19 @@ TEST(PlannerTest, TheFastestRailsArePlayedAgainInPiecesHalfAsLarge) {
   EXPECT_LE(order_ratio(p, true), 1.09);
 }
 
+// Devices 0, 1 and 2 of one host each hold a third of a tensor that devices 0 and 1 need halves of:
+// device 2 sends to both, and devices 0 and 1 to each other. Device 1's send to device 0 could only
+// wait for device 2's to end on the greedy's timeline; a device starts its next op as soon as its
+// last one ends, so the two shared device 0's link while device 2's other receiver idled (1.25x the
+// bound; random suite seed 1109 r26, the worst with one NIC): device 1 now hands its slice to idle
+// device 3, which sends it on once device 2's has arrived.
+TEST(PlannerTest, ASliceWaitsOnAnIdleDeviceWhileItsReceiverIsBusy) {
+  Resharding p =
+      problem_of({932070, 12, 6}, Mesh({3}, {0, 1, 2}), "RRS0", Mesh({2}, {0, 1}), "S0RR", 1, 4);
+  p.tensor.dtype = DType::int64;
+  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.02) << split;
+}
+
 // Devices 0 and 1 (host 0) and 2 and 3 (host 1) each hold a quarter that device 0 needs: host 1's
 // half enters by both of host 0's NICs, NIC 1's through device 1, which also sends its own quarter.
 // The greedy keeps a device's receipts apart, so device 0 took what came over NIC 0 and what came

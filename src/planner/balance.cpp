@@ -415,15 +415,23 @@ class OrderPlanner {
     // Ties (holders on one host, whose NIC the timeline holds whole for each op) go to the holder
     // whose sending ends soonest: the simulator, like the rule, runs sends of different devices
     // at once, sharing the NIC, while one device's sends wait for each other.
+    // A slice with a delay line (an idle device beside its holders, delay_line_jobs) goes there
+    // first where it would otherwise wait for its receiver: the timeline holds a send until its
+    // receiver is free, but a device starts its next op as soon as its last one ends.
+    const bool delay_line = !t.stages.empty() && t.within_holding_hosts(batch_.cluster);
     std::optional<Candidate> best;
     double best_sending = 0;
+    double best_start = 0;
     const auto consider = [&](std::vector<Op> ops, std::vector<int> after) {
       Candidate c = probe(std::move(ops), std::move(after), schedule);
       const double sending = sending_ends(*c.ops[0].sender);
+      const double start = delay_line ? c.placings[0].slot.start : 0.0;
       if (!best || c.finish < best->finish ||
-          (c.finish == best->finish && sending < best_sending)) {
+          (c.finish == best->finish &&
+           (start < best_start || (start == best_start && sending < best_sending)))) {
         best = std::move(c);
         best_sending = sending;
+        best_start = start;
       }
     };
     const Cluster& cluster = batch_.cluster;

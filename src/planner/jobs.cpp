@@ -534,6 +534,34 @@ std::vector<Box> cut_at_weights(const Box& slice, const std::vector<double>& wei
   return cut;
 }
 
+std::vector<Job> delay_line_jobs(const Batch& batch, const std::vector<Job>& jobs) {
+  const Cluster& cluster = batch.cluster;
+  std::set<DeviceId> busy;  // devices that hold or receive a slice
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers) {
+      busy.insert(t.candidates.begin(), t.candidates.end());
+      busy.insert(t.receivers.begin(), t.receivers.end());
+    }
+  const auto idle_on = [&](int host) -> std::optional<DeviceId> {
+    for (int i = 0; i < cluster.devices_per_host; ++i) {
+      const auto d = static_cast<DeviceId>(host * cluster.devices_per_host + i);
+      if (!busy.contains(d)) return d;
+    }
+    return std::nullopt;
+  };
+  std::vector<Job> out = jobs;
+  bool any = false;
+  for (Job& job : out) {
+    if (job.transfers.size() != 1 || !job.only_copies_follow()) continue;
+    Transfer& t = job.transfers[0];
+    if (t.receivers.empty() || !t.within_holding_hosts(cluster)) continue;
+    for (int host : hosts_of(t.candidates, cluster))
+      if (const auto stage = idle_on(host)) t.stages.push_back(*stage);
+    any = any || !t.stages.empty();
+  }
+  return any ? out : std::vector<Job>{};
+}
+
 std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_round_bytes) {
   const Cluster& cluster = batch.cluster;

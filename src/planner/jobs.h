@@ -128,6 +128,14 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n);
 std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_round_bytes);
 
+// `jobs` with a stage on each holding host for every transfer that is its job's only one and whose
+// receivers all sit on hosts that hold its slice: the host's first device that holds no slice and
+// receives none. A device starts its next op as soon as its last one ends (a plan cannot make it
+// wait), so a send whose receiver is busy with another took its link at half the rate; handed to
+// an idle device, the slice waits there until the receiver is free. Empty where no transfer gets
+// a stage.
+std::vector<Job> delay_line_jobs(const Batch& batch, const std::vector<Job>& jobs);
+
 // Optional preferences for the chain of a broadcast (transfer_op): each may be empty.
 struct ChainKeys {
   // Another host's devices start at the one with the smallest key (the balance mode's choice).

@@ -317,6 +317,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       }
     };
     try_candidate(halved(batch, jobs), options, detail::Shape::chains);
+    // Slices inside their holders' hosts that may wait on a device that has nothing to do.
+    if (!near())
+      if (const auto delayed = detail::delay_line_jobs(batch, jobs); !delayed.empty())
+        try_candidate(delayed, options, detail::Shape::chains);
     // Slices that leave their holders' hosts handed over to stages, round by round, so that a
     // holder serving devices of its own host too does not keep its NIC idle meanwhile.
     if (!near()) {
