@@ -423,16 +423,18 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, of)))
           break;
         bool any_shop = false;
-        for (bool from_any_host : {false, true}) {
-          if (near()) break;
-          const auto shop = detail::nic_shop(
-              batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-              level, from_any_host);
-          if (!shop) continue;
-          any_shop = true;
-          try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
-          try_plays(detail::shop_steps(*shop), of, kShopStock);
-        }
+        for (bool from_any_host : {false, true})
+          for (bool one_device_per_pair : {false, true}) {
+            if (near()) break;
+            const auto shop = detail::nic_shop(
+                batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+                level, from_any_host, one_device_per_pair);
+            if (!shop) continue;
+            any_shop = true;
+            try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains,
+                          true);
+            try_plays(detail::shop_steps(*shop), of, kShopStock);
+          }
         if (!any_shop) break;
       }
       // Slices with several receivers on rails whose pieces go host to host, played the same way;

@@ -174,6 +174,45 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
   }
 }
 
+// Each pair of a sending NIC and a receiving host taken by one device: a NIC's shares into one host
+// go through the device of that NIC that sends most of them (a holder hands it the others over the
+// device link), a different device for each receiving host where the NIC has enough. A NIC is
+// shared fairly among the flows that cross it, so two devices of a host sending into one host at
+// once took two shares of that host's NICs from the others that feed them. Whether any share
+// moved.
+bool funnel(const Cluster& c, std::vector<Flow>& flows) {
+  std::map<std::pair<DeviceId, int>, double> sends;  // (device, receiving host) -> bytes
+  for (const Flow& f : flows)
+    for (const auto& [d, bytes] : f.out) sends[{d, c.host_of(f.receiver)}] += bytes;
+  std::vector<std::pair<double, std::pair<DeviceId, int>>> by_bytes;
+  for (const auto& [key, bytes] : sends) by_bytes.emplace_back(bytes, key);
+  std::stable_sort(by_bytes.begin(), by_bytes.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  // (sending host, NIC, receiving host) -> its device: first one that sends into no other host.
+  std::map<std::tuple<int, int, int>, DeviceId> chosen;
+  std::set<DeviceId> taken;
+  for (bool shared : {false, true})
+    for (const auto& [bytes, key] : by_bytes) {
+      const auto [d, to] = key;
+      const std::tuple pair{c.host_of(d), c.nic_of(d), to};
+      if (chosen.contains(pair) || (!shared && taken.contains(d))) continue;
+      chosen[pair] = d;
+      taken.insert(d);
+    }
+  bool moved = false;
+  for (Flow& f : flows) {
+    Shares out;
+    for (const auto& [d, bytes] : f.out) {
+      const DeviceId e = chosen.at({c.host_of(d), c.nic_of(d), c.host_of(f.receiver)});
+      const bool may = std::find(f.barred.begin(), f.barred.end(), e) == f.barred.end();
+      moved = moved || (may && e != d);
+      add_share(out, may ? e : d, bytes);
+    }
+    f.out = std::move(out);
+  }
+  return moved;
+}
+
 // The flows' shares by device, laid a quantum at a time where each ends soonest
 // (ShopLevel::ports). `port` holds the seconds of each device's send port already taken.
 void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port,
@@ -268,7 +307,8 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
 }  // namespace
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host) {
+                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
+                             bool one_device_per_pair) {
   const Cluster& c = batch.cluster;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
@@ -440,6 +480,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     lay_by_bytes(c, flows);
   else
     lay_by_ports(c, flows, port, from_any_host);
+  if (one_device_per_pair && !funnel(c, flows)) return std::nullopt;
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
   // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together.

@@ -60,7 +60,8 @@ struct Shop {
 // with ShopLevel::ports each slice across hosts is laid a quantum at a time on whichever holding
 // host's NICs and ports end it soonest.
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host);
+                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
+                             bool one_device_per_pair);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
