@@ -414,10 +414,10 @@ class OrderPlanner {
     };
     // Ties (holders on one host, whose NIC the timeline holds whole for each op) go to the holder
     // whose sending ends soonest: the simulator, like the rule, runs sends of different devices
-    // at once, sharing the NIC, while one device's sends wait for each other.
-    // A slice with a delay line (an idle device beside its holders, delay_line_jobs) goes there
-    // first where it would otherwise wait for its receiver: the timeline holds a send until its
-    // receiver is free, but a device starts its next op as soon as its last one ends.
+    // at once, sharing the NIC, while one device's sends wait for each other. A slice with a delay
+    // line (an idle device beside its holders, delay_line_jobs) first goes, on ties, the way whose
+    // first op starts soonest: the timeline holds a send until its receiver is free, but a device
+    // starts its next op as soon as its last one ends, so the slice should wait on the idle device.
     const bool delay_line = !t.stages.empty() && t.within_holding_hosts(batch_.cluster);
     std::optional<Candidate> best;
     double best_sending = 0;

@@ -543,10 +543,8 @@ std::vector<Job> delay_line_jobs(const Batch& batch, const std::vector<Job>& job
       busy.insert(t.receivers.begin(), t.receivers.end());
     }
   const auto idle_on = [&](int host) -> std::optional<DeviceId> {
-    for (int i = 0; i < cluster.devices_per_host; ++i) {
-      const auto d = static_cast<DeviceId>(host * cluster.devices_per_host + i);
-      if (!busy.contains(d)) return d;
-    }
+    for (int i = 0; i < cluster.devices_per_host; ++i)
+      if (const DeviceId d = cluster.device_id(host, i); !busy.contains(d)) return d;
     return std::nullopt;
   };
   std::vector<Job> out = jobs;
