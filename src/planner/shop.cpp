@@ -32,6 +32,9 @@ struct Flow {
   Shares out = {};  // by the device of the holders' host that sends it over its NIC
   Shares in = {};   // by the device of the receiver's host it enters at
   double bytes() const { return static_cast<double>(transfer->bytes); }
+  bool holds(DeviceId d) const {
+    return std::find(holders.begin(), holders.end(), d) != holders.end();
+  }
   // The holder that hands the slice to a stage `d` (or sends it, where `d` holds it): the first
   // of `holders` on `d`'s host.
   DeviceId holder_beside(const Cluster& c, DeviceId d) const {
@@ -178,8 +181,9 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
 // go through the device of that NIC that sends most of them (a holder hands it the others over the
 // device link), a different device for each receiving host where the NIC has enough. A NIC is
 // shared fairly among the flows that cross it, so two devices of a host sending into one host at
-// once took two shares of that host's NICs from the others that feed them. Whether any share
-// moved.
+// once took two shares of that host's NICs from the others that feed them. A device that does not
+// hold a slice stages it for one flow of its job at most (it would take it twice). Whether any
+// share moved.
 bool funnel(const Cluster& c, std::vector<Flow>& flows) {
   std::map<std::pair<DeviceId, int>, double> sends;  // (device, receiving host) -> bytes
   for (const Flow& f : flows)
@@ -199,12 +203,21 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows) {
       chosen[pair] = d;
       taken.insert(d);
     }
+  // Whether `e` sends for another flow of `f`'s job.
+  const auto sends_for_job = [&](const Flow& f, DeviceId e) {
+    return std::any_of(flows.begin(), flows.end(), [&](const Flow& g) {
+      return &g != &f && g.job == f.job &&
+             std::any_of(g.out.begin(), g.out.end(), [&](const auto& s) { return s.first == e; });
+    });
+  };
   bool moved = false;
   for (Flow& f : flows) {
     Shares out;
     for (const auto& [d, bytes] : f.out) {
       const DeviceId e = chosen.at({c.host_of(d), c.nic_of(d), c.host_of(f.receiver)});
-      const bool may = std::find(f.barred.begin(), f.barred.end(), e) == f.barred.end();
+      const bool may =
+          e == d || (std::find(f.barred.begin(), f.barred.end(), e) == f.barred.end() &&
+                     (f.holds(e) || !sends_for_job(f, e)));
       moved = moved || (may && e != d);
       add_share(out, may ? e : d, bytes);
     }
@@ -227,9 +240,6 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   };
   const auto link_time = [&](DeviceId d, double bytes) { return bytes / c.device_bandwidth_of(d); };
   std::map<int, double> out, in;  // seconds of each NIC taken
-  const auto holds = [](const Flow& f, DeviceId d) {
-    return std::find(f.holders.begin(), f.holders.end(), d) != f.holders.end();
-  };
   const auto barred = [](const Flow& f, DeviceId d) {
     return std::find(f.barred.begin(), f.barred.end(), d) != f.barred.end();
   };
@@ -242,13 +252,13 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       for (int l = 0; l < c.devices_per_host; ++l) {
         const DeviceId d = c.device_id(host, l);
         // A device stages only a NIC without a holder of the slice.
-        if (!holds(f, d) &&
+        if (!f.holds(d) &&
             (barred(f, d) || std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
                return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
              })))
           continue;
         double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
-        if (!holds(f, d)) {
+        if (!f.holds(d)) {
           const DeviceId h = f.holder_beside(c, d);
           time = std::max(time, port[h] + link_time(h, q));
         }
@@ -260,7 +270,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     add_share(f.out, best, q);
     out[nic_id(best)] += nic_time(best, q);
     port[best] += nic_time(best, q);
-    if (!holds(f, best)) port[f.holder_beside(c, best)] += link_time(best, q);
+    if (!f.holds(best)) port[f.holder_beside(c, best)] += link_time(best, q);
   };
   const auto take_quantum = [&](Flow& f, double q) {
     const int host = c.host_of(f.receiver);
@@ -286,7 +296,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       for (const auto& [d, bytes] : f.out) {
         out[nic_id(d)] -= nic_time(d, bytes);
         port[d] -= nic_time(d, bytes);
-        if (!holds(f, d)) port[f.holder_beside(c, d)] -= link_time(d, bytes);
+        if (!f.holds(d)) port[f.holder_beside(c, d)] -= link_time(d, bytes);
       }
       f.out.clear();
     }
