@@ -35,6 +35,7 @@ struct Flow {
   bool holds(DeviceId d) const {
     return std::find(holders.begin(), holders.end(), d) != holders.end();
   }
+  bool bars(DeviceId d) const { return std::find(barred.begin(), barred.end(), d) != barred.end(); }
   // The holder that hands the slice to a stage `d` (or sends it, where `d` holds it): the first
   // of `holders` on `d`'s host.
   DeviceId holder_beside(const Cluster& c, DeviceId d) const {
@@ -131,8 +132,7 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
     DeviceId best = -1;
     for (int l = nic; l < c.devices_per_host; l += c.nics_of(host))
       if (const DeviceId d = c.device_id(host, l);
-          std::find(f.barred.begin(), f.barred.end(), d) == f.barred.end() &&
-          (best < 0 || sending[d] < sending[best]))
+          !f.bars(d) && (best < 0 || sending[d] < sending[best]))
         best = d;
     return best;
   };
@@ -203,25 +203,26 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows) {
       chosen[pair] = d;
       taken.insert(d);
     }
-  // Whether `e` sends for another flow of `f`'s job.
-  const auto sends_for_job = [&](const Flow& f, DeviceId e) {
-    return std::any_of(flows.begin(), flows.end(), [&](const Flow& g) {
-      return &g != &f && g.job == f.job &&
-             std::any_of(g.out.begin(), g.out.end(), [&](const auto& s) { return s.first == e; });
-    });
+  // Per job and device: how many of the job's flows (but the one being laid) the device sends for.
+  std::map<std::pair<const Job*, DeviceId>, int> flows_sent;
+  const auto count = [&](const Flow& f, int delta) {
+    std::set<DeviceId> senders;
+    for (const auto& [d, bytes] : f.out) senders.insert(d);
+    for (DeviceId d : senders) flows_sent[{f.job, d}] += delta;
   };
+  for (const Flow& f : flows) count(f, 1);
   bool moved = false;
   for (Flow& f : flows) {
+    count(f, -1);
     Shares out;
     for (const auto& [d, bytes] : f.out) {
       const DeviceId e = chosen.at({c.host_of(d), c.nic_of(d), c.host_of(f.receiver)});
-      const bool may =
-          e == d || (std::find(f.barred.begin(), f.barred.end(), e) == f.barred.end() &&
-                     (f.holds(e) || !sends_for_job(f, e)));
+      const bool may = e == d || (!f.bars(e) && (f.holds(e) || flows_sent[{f.job, e}] == 0));
       moved = moved || (may && e != d);
       add_share(out, may ? e : d, bytes);
     }
     f.out = std::move(out);
+    count(f, 1);
   }
   return moved;
 }
@@ -240,9 +241,6 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   };
   const auto link_time = [&](DeviceId d, double bytes) { return bytes / c.device_bandwidth_of(d); };
   std::map<int, double> out, in;  // seconds of each NIC taken
-  const auto barred = [](const Flow& f, DeviceId d) {
-    return std::find(f.barred.begin(), f.barred.end(), d) != f.barred.end();
-  };
   if (from_any_host)
     for (Flow& f : flows) f.holders = f.candidates;
   const auto send_quantum = [&](Flow& f, double q) {
@@ -253,7 +251,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
         const DeviceId d = c.device_id(host, l);
         // A device stages only a NIC without a holder of the slice.
         if (!f.holds(d) &&
-            (barred(f, d) || std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
+            (f.bars(d) || std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
                return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
              })))
           continue;
@@ -279,7 +277,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     for (int l = 0; l < c.devices_per_host; ++l) {
       const DeviceId d = c.device_id(host, l);
       // The receiver's NIC is entered at the receiver, another NIC at any of its devices.
-      if (d != f.receiver && (c.nic_of(d) == c.nic_of(f.receiver) || barred(f, d))) continue;
+      if (d != f.receiver && (c.nic_of(d) == c.nic_of(f.receiver) || f.bars(d))) continue;
       double time = in[nic_id(d)] + nic_time(d, q);
       if (d != f.receiver) time = std::max(time, port[d] + link_time(d, q));
       if (best < 0 || time < best_time) {
@@ -525,8 +523,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       const auto [sender, entry] = pairs[p];
       ShopPiece part{
           .job = f.job, .holder = sender, .sender = sender, .entry = entry, .receiver = f.receiver};
-      if (std::find(f.holders.begin(), f.holders.end(), sender) == f.holders.end())
-        part.holder = f.holder_beside(c, sender);
+      if (!f.holds(sender)) part.holder = f.holder_beside(c, sender);
       const auto bytes = static_cast<double>(slice_bytes(batch, *f.job, cut[p]));
       const auto whole = static_cast<size_t>(std::floor(bytes / piece));
       std::vector<double> sizes(whole, piece);
