@@ -1183,5 +1183,20 @@ TEST(PlannerTest, ASingleHolderCountsTheSlicesOnlyItsHostNeedsWhenItCutsItsOwnRa
   EXPECT_LE(order_ratio(p, true), 1.05);
 }
 
+// Devices 0-2 (host 0 of 7, two NICs) hold the tensor that devices 0-2 of every host need. A rail
+// enters each host at a receiver on its NIC: NIC 0 has two (devices 0 and 2) that take turns,
+// NIC 1 only device 1, which relayed every round of its chain and had no time left to hand its
+// parts to the host's other receivers (1.22x the bound): device 3, on NIC 1 and receiving
+// nothing, now takes its turns too (random suite seed 1106 r25).
+TEST(PlannerTest, ADeviceThatReceivesNothingTakesItsTurnsAsARailsRelay) {
+  std::vector<DeviceId> dst;
+  for (int host = 0; host < 7; ++host)
+    for (int local = 0; local < 3; ++local) dst.push_back(host * 4 + local);
+  Resharding p = problem_of({67108867}, Mesh({3}, {0, 1, 2}), "R", Mesh({7, 3}, dst), "R", 7, 4);
+  p.tensor.dtype = DType::float64;
+  p.cluster.nics_per_host = 2;
+  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.10) << split;
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -208,14 +208,15 @@ bool host_holds(const Transfer& t, int host, const Cluster& cluster) {
 // to them by rails, else empty. Where every such host has g >= 2 NICs with devices (g: the fewest),
 // its rails are a device on each of its first g NICs (rails rule: local device l on NIC l mod K):
 // a receiver on that NIC where there is one (the `turn(host)`-th of them, cyclic, so that the
-// slices a host takes in over one NIC land on different devices and leave them again at once),
-// else the NIC's first device, which only relays. So a host with more receivers than NICs takes
+// slices a host takes in over one NIC land on different devices and leave them again at once;
+// with `relays` the NIC's devices that receive nothing of it take their turns too), else the
+// NIC's first device, which only relays. So a host with more receivers than NICs takes
 // one rail per NIC (two rails on one NIC from one holder would run one after the other, and the
 // planner's greedy packs such halves unevenly), and one with fewer takes every NIC's share.
 // Where every host has the same number g >= 2 of receivers, they are the rails `per_receiver`, or
 // where a host has one NIC.
 std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool per_receiver,
-                                 const std::function<int(int)>& turn) {
+                                 bool relays, const std::function<int(int)>& turn) {
   std::map<int, std::vector<DeviceId>> by_host;
   for (DeviceId r : t.receivers) by_host[cluster.host_of(r)].push_back(r);
   std::vector<RailHost> hosts;
@@ -237,6 +238,10 @@ std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool
       std::vector<DeviceId> on_nic;
       std::copy_if(h.receivers.begin(), h.receivers.end(), std::back_inserter(on_nic),
                    [&](DeviceId r) { return cluster.nic_of(r) == nic; });
+      if (relays && !on_nic.empty())
+        for (int l = nic; l < cluster.devices_per_host; l += cluster.nics_of(host))
+          if (const DeviceId d = cluster.device_id(host, l); !holds(h.receivers, d))
+            on_nic.push_back(d);
       h.rails.push_back(on_nic.empty()
                             ? static_cast<DeviceId>(host * cluster.devices_per_host + nic)
                             : on_nic[turn(host) % on_nic.size()]);
@@ -711,7 +716,7 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
-  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages] = options;
+  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -745,7 +750,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     const bool only_copies = job.only_copies_follow();
     int64_t largest_rail = 0;  // bytes of the job's largest rail, 0 when it has none
     for (const Transfer& t : job.transfers) {
-      const auto hosts = rail_hosts(t, cluster, per_receiver, first);
+      const auto hosts = rail_hosts(t, cluster, per_receiver, relays, first);
       const auto g = static_cast<int>(hosts.empty() ? 0 : hosts[0].rails.size());
       if (g >= 2 && !allgather_part(t.slice, g, g - 1).empty())
         largest_rail = std::max(largest_rail, t.bytes / g);
@@ -767,7 +772,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       for (DeviceId r : job.receivers_besides(t)) devices.insert(r);
       for (const Transfer& u : job.transfers)
         if (&u != &t)
-          for (const RailHost& h : rail_hosts(u, cluster, per_receiver, first))
+          for (const RailHost& h : rail_hosts(u, cluster, per_receiver, relays, first))
             devices.insert(h.rails.begin(), h.rails.end());
     }
     std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
@@ -777,8 +782,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         Transfer whole = t;
         whole.slice = allgather_part(t.slice, n, round);
         whole.bytes = whole.slice.volume() * element;
-        const auto hosts =
-            rail_hosts(t, cluster, per_receiver, [&](int host) { return jobs_into[host] + round; });
+        const auto hosts = rail_hosts(t, cluster, per_receiver, relays,
+                                      [&](int host) { return jobs_into[host] + round; });
         const auto g = static_cast<int>(hosts.empty() ? 0 : hosts[0].rails.size());
         if (g < 2 || allgather_part(whole.slice, g, g - 1).empty()) {
           part.transfers.push_back(std::move(whole));
@@ -856,7 +861,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
       out.push_back(std::move(part));
     }
     for (const Transfer& t : job.transfers)
-      for (const RailHost& h : rail_hosts(t, cluster, per_receiver, first))
+      for (const RailHost& h : rail_hosts(t, cluster, per_receiver, relays, first))
         ++jobs_into[cluster.host_of(h.receivers[0])];
   }
   return out;

@@ -90,6 +90,10 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // the rails are cut in proportion to what each NIC's device can send (port_loads in jobs.cpp):
 // what it must also send to devices beside it and hand over to the other NICs' devices leaves
 // its NIC idle meanwhile.
+// With `relays`, a host's devices on a NIC that receive nothing of a slice take turns with its
+// receivers on that NIC in taking rails in (and sending them on to its receivers): a device that
+// relays a chain sends one op at a time, so the one receiver of a NIC that relays every round of a
+// chain through several hosts has no time left to hand its parts to the host's other receivers.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
@@ -97,6 +101,7 @@ struct RailOptions {
   bool home = false;
   bool ports = false;
   bool only_stages = false;
+  bool relays = false;
 };
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options);

@@ -120,14 +120,14 @@ constexpr int kFineShopRounds = 2 * kShopRounds;
 constexpr int kShopStock = 3;
 constexpr int kRailStock = 1;
 
-// Whether `a` and `b` cut the same slices, transfer by transfer.
-bool same_slices(const std::vector<detail::Job>& a, const std::vector<detail::Job>& b) {
+// Whether `a` and `b` cut the same slices for the same receivers, transfer by transfer.
+bool same_transfers(const std::vector<detail::Job>& a, const std::vector<detail::Job>& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(),
                     [](const detail::Job& x, const detail::Job& y) {
                       return std::equal(x.transfers.begin(), x.transfers.end(), y.transfers.begin(),
                                         y.transfers.end(),
                                         [](const detail::Transfer& s, const detail::Transfer& t) {
-                                          return s.slice == t.slice;
+                                          return s.slice == t.slice && s.receivers == t.receivers;
                                         });
                     });
 }
@@ -341,13 +341,16 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // And where a holder that sends a rail over its own NIC alone holds slices that only devices
     // beside it need, with its own rails cut smaller by those too: its send port carries them
     // (the lower bound's home(d) in out(h)), but where the rails' relays decide, equal rails fare
-    // better.
+    // better. And where a chain passes through several hosts, with the devices of a NIC that
+    // receive nothing taking turns as relays beside its receivers: a NIC's one receiver that
+    // relays every round has no time to hand its parts to its host's other receivers.
     const auto rails_of = [&](const std::vector<detail::Job>& of,
                               const detail::RailOptions& rail_options) {
       return detail::rail_jobs(batch, of, rail_rounds(batch, of),
                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
                                rail_options);
     };
+    const bool spread = any_spread(batch, jobs);
     if (any_into_several_nics(batch, jobs))
       for (bool per_receiver : {true, false})
         for (bool stage_at_holders : {false, true}) {
@@ -357,17 +360,25 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           try_candidate(rails, options, detail::Shape::chains, true);
           try_rounds(rails);
           if (near()) break;
+          if (!stage_at_holders && spread) {
+            const auto relayed = rails_of(jobs, {.per_receiver = per_receiver, .relays = true});
+            if (!same_transfers(relayed, rails)) {
+              try_candidate(relayed, options, detail::Shape::chains);
+              try_rounds(relayed);
+            }
+            if (near()) break;
+          }
           if (stage_at_holders) {
             const auto ported = rails_of(
                 jobs, {.stage_at_holders = true, .per_receiver = per_receiver, .ports = true});
-            if (!same_slices(ported, rails)) {
+            if (!same_transfers(ported, rails)) {
               try_candidate(ported, options, detail::Shape::chains);
               try_rounds(ported);
             }
             continue;
           }
           const auto home = rails_of(jobs, {.per_receiver = per_receiver, .home = true});
-          if (!same_slices(home, rails)) {
+          if (!same_transfers(home, rails)) {
             try_candidate(home, options, detail::Shape::chains);
             try_rounds(home);
           }
