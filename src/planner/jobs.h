@@ -40,6 +40,8 @@ struct Transfer {
   std::optional<DeviceId> stage_on(int host, const Cluster& cluster) const;
   // Whether every receiver is on a host that holds the slice (so it needs no NIC).
   bool within_holding_hosts(const Cluster& cluster) const;
+
+  bool operator==(const Transfer&) const = default;
 };
 
 // The work of one unit task that is scheduled as a whole: transfers whose senders are chosen,
@@ -56,6 +58,8 @@ struct Job {
   // The receivers of the job's transfers other than `t` (one of them): a device that stages or
   // relays `t`'s slice must be none of them, or it would take some elements twice.
   std::vector<DeviceId> receivers_besides(const Transfer& t) const;
+
+  bool operator==(const Job&) const = default;
 };
 
 // The jobs of `strategy` for each task of each tensor, in tensor order, then task order. `tasks`

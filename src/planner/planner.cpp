@@ -350,6 +350,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                                kRailRoundBuckets * default_bucket_bytes(batch.cluster),
                                rail_options);
     };
+    // Rails variants that lay the same jobs as one tried before (per receiver or per NIC where
+    // hosts have unequal receivers, stages at holders where no rail has a stage) are planned
+    // once: the greedy and the rounds would give the same plans again (unless the first was not
+    // kept for the greedy that takes in at once and this one would be).
+    std::vector<std::pair<std::vector<detail::Job>, bool>> rails_tried;  // with at_once_too
+    const auto try_laid_rails = [&](const std::vector<detail::Job>& rails,
+                                    bool at_once_too = false) {
+      if (std::any_of(rails_tried.begin(), rails_tried.end(), [&](const auto& tried) {
+            return tried.first == rails && (tried.second || !at_once_too);
+          }))
+        return;
+      rails_tried.emplace_back(rails, at_once_too);
+      try_candidate(rails, options, detail::Shape::chains, at_once_too);
+      try_rounds(rails);
+    };
     const bool spread = any_spread(batch, jobs);
     if (any_into_several_nics(batch, jobs))
       for (bool per_receiver : {true, false})
@@ -357,41 +372,29 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (near()) break;
           const auto rails =
               rails_of(jobs, {.stage_at_holders = stage_at_holders, .per_receiver = per_receiver});
-          try_candidate(rails, options, detail::Shape::chains, true);
-          try_rounds(rails);
+          try_laid_rails(rails, true);
           if (near()) break;
           if (!stage_at_holders && spread) {
             const auto relayed = rails_of(jobs, {.per_receiver = per_receiver, .relays = true});
-            if (!same_transfers(relayed, rails)) {
-              try_candidate(relayed, options, detail::Shape::chains);
-              try_rounds(relayed);
-            }
+            if (!same_transfers(relayed, rails)) try_laid_rails(relayed);
             if (near()) break;
           }
           if (stage_at_holders) {
             const auto ported = rails_of(
                 jobs, {.stage_at_holders = true, .per_receiver = per_receiver, .ports = true});
-            if (!same_transfers(ported, rails)) {
-              try_candidate(ported, options, detail::Shape::chains);
-              try_rounds(ported);
-            }
+            if (!same_transfers(ported, rails)) try_laid_rails(ported);
             continue;
           }
           const auto home = rails_of(jobs, {.per_receiver = per_receiver, .home = true});
-          if (!same_transfers(home, rails)) {
-            try_candidate(home, options, detail::Shape::chains);
-            try_rounds(home);
-          }
+          if (!same_transfers(home, rails)) try_laid_rails(home);
           if (near()) continue;
           const auto beside = rails_of(jobs, {.per_receiver = per_receiver, .beside = true});
           if (stage_count(beside) == stage_count(rails)) continue;
-          try_candidate(beside, options, detail::Shape::chains);
-          try_rounds(beside);
+          try_laid_rails(beside);
           if (near()) continue;
           const auto staged_only =
               rails_of(jobs, {.per_receiver = per_receiver, .only_stages = true});
-          try_candidate(staged_only, options, detail::Shape::chains);
-          try_rounds(staged_only);
+          try_laid_rails(staged_only);
         }
     // Slices that a host's holders serve over device links, helped from afar over its NICs.
     if (!near())
@@ -402,9 +405,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         if (any_into_several_nics(batch, helped))
           for (bool per_receiver : {true, false}) {
             if (near()) break;
-            const auto rails = rails_of(helped, {.per_receiver = per_receiver});
-            try_candidate(rails, options, detail::Shape::chains, true);
-            try_rounds(rails);
+            try_laid_rails(rails_of(helped, {.per_receiver = per_receiver}), true);
           }
       }
     // Each play with a device's hand-overs in step order, and again toward the NICs that idle:
@@ -456,10 +457,17 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // holders handing pieces to stages on their own NICs where they serve their hosts; and
       // spread with the receivers beside the holders taking pieces back from the receiving hosts;
       // not instead, as none wins everywhere.
+      // (Variants that give the steps of one played before are not played again.)
+      std::vector<std::pair<std::vector<detail::PlayStep>, double>> played;
       const auto try_rails = [&](int rounds, detail::RailPick pick, detail::RailSpread how) {
-        const auto steps = detail::rail_steps(
+        auto steps = detail::rail_steps(
             batch, of, rounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), pick, how);
-        return steps ? try_plays(*steps, of, kRailStock) : std::numeric_limits<double>::infinity();
+        if (!steps) return std::numeric_limits<double>::infinity();
+        for (const auto& [before, time] : played)
+          if (before == *steps) return time;
+        const double time = try_plays(*steps, of, kRailStock);
+        played.emplace_back(std::move(*steps), time);
+        return time;
       };
       std::optional<std::tuple<double, detail::RailPick, detail::RailSpread>> fastest_rails;
       for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
