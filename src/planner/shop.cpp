@@ -920,7 +920,6 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     const PlayStep* play = nullptr;
     int from = 0, to = 0;  // the play's devices, as indices of `device` below
     bool across = false;   // over the NICs
-    bool ready = false;
     Links links = {};
   };
   // The devices the steps name, densely: a play follows the problem, not the cluster.
@@ -949,11 +948,20 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
                      .from = device.index_of(p.from),
                      .to = device.index_of(p.to),
                      .across = across,
-                     .ready = p.after < 0,
                      .links = std::move(links)});
   }
-  std::vector<std::vector<int>> of_device(device.size());
-  for (int s = 0; s < static_cast<int>(steps.size()); ++s) of_device[steps[s].from].push_back(s);
+  // Per device: its steps that are ready and not started, in step order, and how many of them
+  // cross hosts (what a stage has in stock).
+  std::vector<std::vector<int>> pending(device.size());
+  std::vector<int> stocked(device.size(), 0);
+  const auto make_ready = [&](int s) {
+    const Step& st = steps[s];
+    auto& of = pending[st.from];
+    of.insert(std::lower_bound(of.begin(), of.end(), s), s);
+    stocked[st.from] += st.across;
+  };
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s)
+    if (plays[s].after < 0) make_ready(s);
 
   struct Flow {
     int step = 0;
@@ -962,7 +970,6 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   };
   std::vector<Flow> active;
   std::vector<bool> busy(device.size(), false);
-  std::vector<bool> started(steps.size(), false);
   std::map<int, int> flows_in;                    // active sends into each NIC
   std::vector<int> flows_to(device.size(), 0);    // active steps into each device
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
@@ -1004,15 +1011,12 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   const auto choose = [&](int d) {  // an index of `device`
     int best = -1;
     std::tuple<int, int, double> best_key;
-    for (int s : of_device[d]) {
+    for (int s : pending[d]) {
       const Step& st = steps[s];
-      if (started[s] || !st.ready) continue;
       std::tuple<int, int, double> key;
       if (st.play->hand_over) {
         // First while its stage has fewer than `stock` sends it could start: a stage whose
         // hand-overs come only when it idles leaves its NIC idle for each.
-        int stocked = 0;
-        for (int o : of_device[st.to]) stocked += !started[o] && steps[o].ready && steps[o].across;
         int flows = 0;
         double to_take = 0;
         for (int next : waiting[s])
@@ -1022,7 +1026,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
             to_take = in_left[in];
             break;
           }
-        key = {stocked < stock ? 0 : 3, flows, -to_take};
+        key = {stocked[st.to] < stock ? 0 : 3, flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
         const int n = flows_in[in];
@@ -1054,7 +1058,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       const Step& st = steps[s];
       const auto bytes = static_cast<double>(st.play->bytes);
       busy[d] = true;
-      started[s] = true;
+      std::erase(pending[d], s);
+      stocked[d] -= st.across;
       ++flows_to[st.to];
       to_left[st.to] -= bytes;
       if (st.across) {
@@ -1084,7 +1089,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       busy[st.from] = false;
       --flows_to[st.to];
       if (st.across) --flows_in[nic_id(st.play->to)];
-      for (int next : waiting[f.step]) steps[next].ready = true;
+      for (int next : waiting[f.step]) make_ready(next);
     }
     active = std::move(still);
     start_free_devices();

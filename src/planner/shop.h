@@ -79,6 +79,8 @@ struct PlayStep {
   DeviceId to = 0;
   int after = -1;
   bool hand_over = false;  // to a device that sends it on over its NIC
+
+  bool operator==(const PlayStep&) const = default;
 };
 
 // The shop's pieces as steps: each piece's hand-over, send and forward.
