@@ -68,46 +68,52 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
   // balance mode chose. A chain pays a latency per device it passes, so a stream through k devices
   // grows to k buckets: its latencies stay as small a part of its time as a bucket's on one hop.
   std::unordered_map<StreamKey, size_t, StreamKeyHash> streams;
-  std::vector<Op> out;
-  out.reserve(ops.size());
+  // The ops kept are written over `ops` in place (each op read gives at most one), so that a plan
+  // of a quarter of a million ops is not copied into memory touched for the first time.
+  size_t kept = 0;
+  const auto keep = [&](Op& op) {
+    if (&ops[kept] != &op) ops[kept] = std::move(op);
+    ++kept;
+  };
   for (Op& op : ops) {
     if (op.kind == OpKind::broadcast && op.bytes >= bucket_bytes && holds_all(*op.sender, op)) {
       const auto most = bucket_bytes * static_cast<int64_t>(op.receivers.size());
-      const auto [it, added] = streams.try_emplace({*op.sender, op.receivers}, out.size());
-      if (!added && out[it->second].bytes + op.bytes <= most) {
-        Op& stream = out[it->second];
+      const auto [it, added] = streams.try_emplace({*op.sender, op.receivers}, kept);
+      if (!added && ops[it->second].bytes + op.bytes <= most) {
+        Op& stream = ops[it->second];
         stream.pieces.insert(stream.pieces.end(), op.pieces.begin(), op.pieces.end());
         stream.bytes += op.bytes;
         continue;
       }
-      it->second = out.size();
-      out.push_back(std::move(op));
+      it->second = kept;
+      keep(op);
       continue;
     }
     if ((op.kind != OpKind::send && op.kind != OpKind::broadcast) || op.bytes >= bucket_bytes) {
-      out.push_back(std::move(op));
+      keep(op);
       continue;
     }
     BucketKey key{op.kind, batch.cluster.host_of(*op.sender), op.receivers};
     std::sort(key.receivers.begin(), key.receivers.end());
     std::vector<size_t>& buckets = open[std::move(key)];
     // A bucket too full for a piece is closed, as one that is sent (so the search stays short).
-    std::erase_if(buckets, [&](size_t b) { return out[b].bytes + op.bytes > bucket_bytes; });
+    std::erase_if(buckets, [&](size_t b) { return ops[b].bytes + op.bytes > bucket_bytes; });
     const auto it = std::find_if(buckets.begin(), buckets.end(),
-                                 [&](size_t b) { return holds_all(*out[b].sender, op); });
+                                 [&](size_t b) { return holds_all(*ops[b].sender, op); });
     if (it != buckets.end()) {
-      Op& bucket = out[*it];
+      Op& bucket = ops[*it];
       bucket.pieces.insert(bucket.pieces.end(), op.pieces.begin(), op.pieces.end());
       bucket.bytes += op.bytes;
       continue;
     }
-    if (holds_all(*op.sender, op)) buckets.push_back(out.size());
-    out.push_back(std::move(op));
+    if (holds_all(*op.sender, op)) buckets.push_back(kept);
+    keep(op);
   }
-  for (Op& op : out)
+  ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(kept), ops.end());
+  for (Op& op : ops)
     if (op.kind == OpKind::broadcast && op.pieces.size() > 1)
       op.chunk_bytes = chain_chunk_bytes(op, batch.cluster, chunk_bytes, 1);
-  return out;
+  return ops;
 }
 
 namespace {
