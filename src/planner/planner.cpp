@@ -258,13 +258,25 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         return false;
       }
     };
-    // The candidate's time (infinite where it is not a plan).
+    // The candidate's time (infinite where it is not a plan). The candidate tried last and its
+    // time are kept (as `plan.ops` where it was the best so far): the lockstep orders and the two
+    // ways of handing over in a play often give the same ops twice in a row, which are not
+    // checked and simulated again.
+    std::optional<double> last_time;
+    bool last_is_best = false;
+    std::vector<Op> last_ops;
     const auto try_ops = [&](std::vector<Op> ops) {
+      if (last_time && ops == (last_is_best ? plan.ops : last_ops)) return *last_time;
+      last_time.reset();
       if (!delivers_once(ops)) return std::numeric_limits<double>::infinity();
       const double time = fused_time(ops);
-      if (time < best) {
+      last_time = time;
+      last_is_best = time < best;
+      if (last_is_best) {
         best = time;
         plan.ops = std::move(ops);
+      } else {
+        last_ops = std::move(ops);
       }
       return time;
     };
