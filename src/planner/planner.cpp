@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -116,8 +117,10 @@ constexpr int kFineShopRounds = 2 * kShopRounds;
 // The sends a stage should have ready before its holder hands it more rather than send (played
 // plans, detail::play_steps): on the pieces of one receiver each a stock of three brought 8 of
 // 78 cases of the random suite's tail within 1.05x where waiting until a stage idled brought none;
-// on rails, whose stages also relay, one does best.
-constexpr int kShopStock = 3;
+// on rails, whose stages also relay, one does best. The shop is played with each of three stocks:
+// a small one keeps a holder free to send over its own NIC, a large one keeps its stages' NICs
+// from idling while it does, and neither wins everywhere.
+constexpr std::array<int, 3> kShopStocks = {3, 6, 10};
 constexpr int kRailStock = 1;
 
 // Whether `a` and `b` cut the same slices for the same receivers, transfer by transfer.
@@ -457,7 +460,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             any_shop = true;
             try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains,
                           true);
-            try_plays(detail::shop_steps(*shop), of, kShopStock);
+            const auto steps = detail::shop_steps(*shop);
+            for (int stock : kShopStocks) try_plays(steps, of, stock);
           }
         if (!any_shop) break;
       }
