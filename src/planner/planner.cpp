@@ -428,13 +428,14 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // Each play with a device's hand-overs in step order, and again toward the NICs that idle:
     // neither wins everywhere. The faster play's time.
     const auto try_plays = [&](const std::vector<detail::PlayStep>& steps,
-                               const std::vector<detail::Job>& of, int stock) {
+                               const std::vector<detail::Job>& of, int stock,
+                               detail::Turns turns = detail::Turns::most_left_first) {
       double fastest = std::numeric_limits<double>::infinity();
       for (detail::HandOvers hand_overs :
            {detail::HandOvers::in_order, detail::HandOvers::to_idle_nics}) {
         if (near()) break;
-        fastest =
-            std::min(fastest, try_ops(detail::play_steps(batch, steps, of, stock, hand_overs)));
+        fastest = std::min(fastest,
+                           try_ops(detail::play_steps(batch, steps, of, stock, hand_overs, turns)));
       }
       return fastest;
     };
@@ -448,6 +449,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // leaving by the holding host that ends them soonest; not instead, as a slice kept on one host
     // plays better where the pieces of many would meet at the receiving NICs.
     const auto try_played = [&](const std::vector<detail::Job>& of) {
+      // (time, steps, stock) of the fastest play of the shop
+      std::optional<std::tuple<double, std::vector<detail::PlayStep>, int>> fastest_shop;
       for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
         if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, of)))
           break;
@@ -463,10 +466,19 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains,
                           true);
             const auto steps = detail::shop_steps(*shop);
-            for (int stock : kShopStocks) try_plays(steps, of, stock);
+            for (int stock : kShopStocks)
+              if (const double time = try_plays(steps, of, stock);
+                  !fastest_shop || time < std::get<0>(*fastest_shop))
+                fastest_shop = {time, steps, stock};
           }
         if (!any_shop) break;
       }
+      // The fastest shop played again with the devices that have least left on their NICs
+      // choosing first (where the busiest chose first, a NIC with little left took a receiving
+      // NIC that only it could have fed later).
+      if (fastest_shop && !near())
+        try_plays(std::get<1>(*fastest_shop), of, std::get<2>(*fastest_shop),
+                  detail::Turns::least_left_first);
       // Slices with several receivers on rails whose pieces go host to host, played the same way;
       // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
       // hosts forward what they took in while the holders send the next pieces. Each also spread:
@@ -503,13 +515,15 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // left, while NICs that have sent their share idle. Only the fastest, as each lay and play
       // costs as much as the first (every other rails variant too: 2 more of 531 cases within
       // 1.05x with two NICs, 17% more planning time).
-      // The fastest rails played again with larger stocks (only the fastest: every variant so
-      // cost half the planning time again with four NICs).
+      // The fastest rails played again with larger stocks, and with the devices that have least
+      // left choosing first (only the fastest: every variant played with the stocks cost half the
+      // planning time again with four NICs).
       if (fastest_rails && !near()) {
         const auto fastest =
             std::min_element(played.begin(), played.end(),
                              [](const auto& a, const auto& b) { return a.second < b.second; });
         for (int stock : kMoreRailStocks) try_plays(fastest->first, of, stock);
+        try_plays(fastest->first, of, kRailStock, detail::Turns::least_left_first);
       }
       if (fastest_rails && !near())
         try_rails(kFineShopRounds, std::get<1>(*fastest_rails), std::get<2>(*fastest_rails));

@@ -908,7 +908,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 }
 
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
-                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs) {
+                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs,
+                           Turns turns) {
   const Cluster& c = batch.cluster;
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
@@ -1051,7 +1052,9 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       const auto it = out_left.find(nic_id(static_cast<DeviceId>(device.id_at(d))));
       return it == out_left.end() ? 0.0 : it->second;
     };
-    std::stable_sort(free.begin(), free.end(), [&](int a, int b) { return left(a) > left(b); });
+    std::stable_sort(free.begin(), free.end(), [&](int a, int b) {
+      return turns == Turns::most_left_first ? left(a) > left(b) : left(a) < left(b);
+    });
     for (int d : free) {
       const int s = choose(d);
       if (s < 0) continue;

@@ -119,7 +119,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // fewer than `stock` sends it could start; else a send into a NIC that takes nothing now, the one
 // with the most still to take in; else a send inside its host, into the device that takes in the
 // fewest now, then has the most still to take in; else any hand-over; else a send into the NIC
-// with the fewest flows. Devices choose in order of what their NICs still have to send, and flows
+// with the fewest flows. Devices choose in order of what their NICs still have to send (most
+// first, or with `Turns::least_left_first` least first: neither wins everywhere), and flows
 // share the NICs and receiving device links they cross max-min fairly, as in the simulator: a
 // link that two sends share takes twice as long for each, and a device whose every receiver is
 // busy still sends (it sends one op after another), so the order decides how often that happens.
@@ -127,7 +128,9 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // the one whose stage sends it on into the NIC that takes in fewest now, then has the most still
 // to take in (in step order, the stages all fed one host first, while another's NICs idled).
 enum class HandOvers { in_order, to_idle_nics };
+enum class Turns { most_left_first, least_left_first };
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
-                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs);
+                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs,
+                           Turns turns = Turns::most_left_first);
 
 }  // namespace meshcast::detail
