@@ -125,18 +125,6 @@ constexpr std::array<int, 3> kShopStocks = {3, 6, 10};
 constexpr int kRailStock = 1;
 constexpr std::array<int, 2> kMoreRailStocks = {2, 3};
 
-// Whether `a` and `b` cut the same slices for the same receivers, transfer by transfer.
-bool same_transfers(const std::vector<detail::Job>& a, const std::vector<detail::Job>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const detail::Job& x, const detail::Job& y) {
-                      return std::equal(x.transfers.begin(), x.transfers.end(), y.transfers.begin(),
-                                        y.transfers.end(),
-                                        [](const detail::Transfer& s, const detail::Transfer& t) {
-                                          return s.slice == t.slice && s.receivers == t.receivers;
-                                        });
-                    });
-}
-
 size_t stage_count(const std::vector<detail::Job>& jobs) {
   size_t count = 0;
   for (const detail::Job& job : jobs)
@@ -368,7 +356,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                                rail_options);
     };
     // Rails variants that lay the same jobs as one tried before (per receiver or per NIC where
-    // hosts have unequal receivers, stages at holders where no rail has a stage) are planned
+    // hosts have unequal receivers, stages at holders where no rail has a stage, parts cut by
+    // ports or by home bytes as equal ones are, relays where none takes a turn) are planned
     // once: the greedy and the rounds would give the same plans again (unless the first was not
     // kept for the greedy that takes in at once and this one would be).
     std::vector<std::pair<std::vector<detail::Job>, bool>> rails_tried;  // with at_once_too
@@ -393,17 +382,17 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (near()) break;
           if (!stage_at_holders && spread) {
             const auto relayed = rails_of(jobs, {.per_receiver = per_receiver, .relays = true});
-            if (!same_transfers(relayed, rails)) try_laid_rails(relayed);
+            try_laid_rails(relayed);
             if (near()) break;
           }
           if (stage_at_holders) {
             const auto ported = rails_of(
                 jobs, {.stage_at_holders = true, .per_receiver = per_receiver, .ports = true});
-            if (!same_transfers(ported, rails)) try_laid_rails(ported);
+            try_laid_rails(ported);
             continue;
           }
           const auto home = rails_of(jobs, {.per_receiver = per_receiver, .home = true});
-          if (!same_transfers(home, rails)) try_laid_rails(home);
+          try_laid_rails(home);
           if (near()) continue;
           const auto beside = rails_of(jobs, {.per_receiver = per_receiver, .beside = true});
           if (stage_count(beside) == stage_count(rails)) continue;
@@ -465,11 +454,14 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             any_shop = true;
             try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains,
                           true);
-            const auto steps = detail::shop_steps(*shop);
+            auto steps = detail::shop_steps(*shop);
+            std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
             for (int stock : kShopStocks)
               if (const double time = try_plays(steps, of, stock);
-                  !fastest_shop || time < std::get<0>(*fastest_shop))
-                fastest_shop = {time, steps, stock};
+                  !fastest_stock || time < fastest_stock->first)
+                fastest_stock = {time, stock};
+            if (!fastest_shop || fastest_stock->first < std::get<0>(*fastest_shop))
+              fastest_shop = {fastest_stock->first, std::move(steps), fastest_stock->second};
           }
         if (!any_shop) break;
       }
