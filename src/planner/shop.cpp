@@ -249,12 +249,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     for (int host : hosts_of(f.holders, c))
       for (int l = 0; l < c.devices_per_host; ++l) {
         const DeviceId d = c.device_id(host, l);
-        // A device stages only a NIC without a holder of the slice.
-        if (!f.holds(d) &&
-            (f.bars(d) || std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
-               return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
-             })))
-          continue;
+        if (!f.holds(d) && f.bars(d)) continue;
         double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
         if (!f.holds(d)) {
           const DeviceId h = f.holder_beside(c, d);

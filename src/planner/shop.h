@@ -46,8 +46,9 @@ struct Shop {
 //   the least to send per NIC so far (largest slices first);
 // - each host's sending is spread over its NICs that have devices, by `level`, and sent on each NIC
 //   by a holder of the slice there, else by the device of that NIC with the least to send (a
-//   stage, handed the piece by a holder); each host's receiving likewise, entering at the receiver
-//   on its own NIC and at a device that forwards it on the others;
+//   stage, handed the piece by a holder; with ShopLevel::ports, a stage may also share a holder's
+//   NIC, whose port may be busy handing over); each host's receiving likewise, entering at the
+//   receiver on its own NIC and at a device that forwards it on the others;
 // - what a slice sends by each NIC and takes in by each NIC are paired in order (the north-west
 //   corner rule: the fewest cuts), and each pair cut into pieces of the busiest NIC's bytes /
 //   `rounds` (at least `min_piece_bytes`), so that pieces of one size take turns.
