@@ -307,6 +307,83 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   }
 }
 
+// The phases of an open shop that may cut its work anywhere: `load[a][b]`, what sending NIC `a`
+// sends into receiving NIC `b`, cut into matchings (each sending NIC into at most one receiving NIC
+// at a time, each receiving NIC from at most one) whose lengths add up to the busiest NIC's load,
+// so that no NIC waits for another (Birkhoff and von Neumann: the load, padded to a square whose
+// every row and column adds up to that busiest load, is a sum of perfect matchings). Per pair, the
+// phases it is matched in, in order, with their lengths.
+std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
+    const std::map<std::pair<int, int>, double>& load) {
+  std::map<int, int> row_of, column_of;
+  for (const auto& [pair, bytes] : load) {
+    row_of.try_emplace(pair.first, static_cast<int>(row_of.size()));
+    column_of.try_emplace(pair.second, static_cast<int>(column_of.size()));
+  }
+  const int n = static_cast<int>(row_of.size()), m = static_cast<int>(column_of.size());
+  const int size = n + m;
+  // The padded square: the load (rows of sending NICs, columns of receiving ones), each row's and
+  // each column's idle time on the diagonal of a block of its own, and the load again, mirrored.
+  std::vector<std::vector<double>> a(size, std::vector<double>(size, 0));
+  std::vector<double> row(n, 0), column(m, 0);
+  for (const auto& [pair, bytes] : load) {
+    const int r = row_of.at(pair.first), k = column_of.at(pair.second);
+    a[r][k] = a[n + k][m + r] = bytes;
+    row[r] += bytes;
+    column[k] += bytes;
+  }
+  double busiest = 0;
+  for (double b : row) busiest = std::max(busiest, b);
+  for (double b : column) busiest = std::max(busiest, b);
+  for (int r = 0; r < n; ++r) a[r][m + r] = busiest - row[r];
+  for (int k = 0; k < m; ++k) a[n + k][k] = busiest - column[k];
+  const double tiny = 1e-9 * busiest;
+  for (auto& line : a)
+    for (double& x : line)
+      if (x <= tiny) x = 0;
+  // A perfect matching on the positive entries, kept from phase to phase: only the rows whose
+  // entry ran out look for another (Kuhn's augmenting paths, real pairs before idle time).
+  std::vector<int> match_of_row(size, -1), match_of_column(size, -1);
+  std::vector<char> seen(size);
+  const auto augment = [&](auto& self, int r) -> bool {
+    for (bool idle : {false, true})
+      for (int k = 0; k < size; ++k) {
+        if (a[r][k] <= 0 || seen[k] || ((r < n && k < m) || (r >= n && k >= m)) == idle) continue;
+        seen[k] = 1;
+        if (match_of_column[k] < 0 || self(self, match_of_column[k])) {
+          match_of_row[r] = k;
+          match_of_column[k] = r;
+          return true;
+        }
+      }
+    return false;
+  };
+  std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> phases;
+  std::vector<int> row_id(n), column_id(m);
+  for (const auto& [id, r] : row_of) row_id[r] = id;
+  for (const auto& [id, k] : column_of) column_id[k] = id;
+  for (int phase = 0; busiest > tiny; ++phase) {
+    for (int r = 0; r < size; ++r) {
+      if (match_of_row[r] >= 0) continue;
+      std::fill(seen.begin(), seen.end(), 0);
+      if (!augment(augment, r)) return phases;  // (rounding left no perfect matching: done)
+    }
+    double length = busiest;
+    for (int r = 0; r < size; ++r) length = std::min(length, a[r][match_of_row[r]]);
+    for (int r = 0; r < size; ++r) {
+      const int k = match_of_row[r];
+      if (r < n && k < m) phases[{row_id[r], column_id[k]}].emplace_back(phase, length);
+      a[r][k] -= length;
+      if (a[r][k] <= tiny) {
+        a[r][k] = 0;
+        match_of_row[r] = match_of_column[k] = -1;
+      }
+    }
+    busiest -= length;
+  }
+  return phases;
+}
+
 }  // namespace
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
@@ -903,8 +980,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 }
 
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
-                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs,
-                           Turns turns) {
+                           const std::vector<Job>& jobs, const PlayRules& rules) {
   const Cluster& c = batch.cluster;
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
@@ -958,6 +1034,34 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   };
   for (int s = 0; s < static_cast<int>(steps.size()); ++s)
     if (plays[s].after < 0) make_ready(s);
+  // Each step across hosts in the phase of its pair of NICs where its middle byte falls.
+  std::vector<int> phase_of(steps.size(), 0);
+  if (rules.sends == Sends::in_phases) {
+    std::map<std::pair<int, int>, double> load;
+    for (const Step& st : steps)
+      if (st.across)
+        load[{nic_id(st.play->from), nic_id(st.play->to)}] += static_cast<double>(st.play->bytes);
+    const auto phases = shop_phases(load);
+    // Per pair: the index of its phase so far, where that phase ends, and its bytes laid so far.
+    struct Place {
+      size_t phase = 0;
+      double end = 0, laid = 0;
+    };
+    std::map<std::pair<int, int>, Place> at;
+    for (size_t s = 0; s < steps.size(); ++s) {
+      if (!steps[s].across) continue;
+      const std::pair pair{nic_id(steps[s].play->from), nic_id(steps[s].play->to)};
+      const auto it = phases.find(pair);
+      if (it == phases.end()) continue;
+      const auto& list = it->second;
+      Place& place = at.try_emplace(pair, Place{.end = list[0].second}).first->second;
+      const auto bytes = static_cast<double>(steps[s].play->bytes);
+      while (place.laid + bytes / 2 > place.end && place.phase + 1 < list.size())
+        place.end += list[++place.phase].second;
+      place.laid += bytes;
+      phase_of[s] = list[place.phase].first;
+    }
+  }
 
   struct Flow {
     int step = 0;
@@ -1016,17 +1120,19 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         int flows = 0;
         double to_take = 0;
         for (int next : waiting[s])
-          if (hand_overs == HandOvers::to_idle_nics && steps[next].across) {
+          if (rules.hand_overs == HandOvers::to_idle_nics && steps[next].across) {
             const int in = nic_id(steps[next].play->to);
             flows = flows_in[in];
             to_take = in_left[in];
             break;
           }
-        key = {stocked[st.to] < stock ? 0 : 3, flows, -to_take};
+        key = {stocked[st.to] < rules.stock ? 0 : 3, flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
         const int n = flows_in[in];
-        key = {n == 0 ? 1 : 4, n, -in_left[in]};
+        key = rules.sends == Sends::in_phases
+                  ? std::tuple{n == 0 ? 1 : 4, phase_of[s], static_cast<double>(n)}
+                  : std::tuple{n == 0 ? 1 : 4, n, -in_left[in]};
       } else {
         // Into the device that takes in least now, then has the most still to take in.
         key = {2, flows_to[st.to], -to_left[st.to]};
@@ -1048,7 +1154,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       return it == out_left.end() ? 0.0 : it->second;
     };
     std::stable_sort(free.begin(), free.end(), [&](int a, int b) {
-      return turns == Turns::most_left_first ? left(a) > left(b) : left(a) < left(b);
+      return rules.turns == Turns::most_left_first ? left(a) > left(b) : left(a) < left(b);
     });
     for (int d : free) {
       const int s = choose(d);

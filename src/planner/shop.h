@@ -118,20 +118,30 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
 // fewer than `stock` sends it could start; else a send into a NIC that takes nothing now, the one
-// with the most still to take in; else a send inside its host, into the device that takes in the
-// fewest now, then has the most still to take in; else any hand-over; else a send into the NIC
-// with the fewest flows. Devices choose in order of what their NICs still have to send (most
-// first, or with `Turns::least_left_first` least first: neither wins everywhere), and flows
-// share the NICs and receiving device links they cross max-min fairly, as in the simulator: a
-// link that two sends share takes twice as long for each, and a device whose every receiver is
-// busy still sends (it sends one op after another), so the order decides how often that happens.
-// Of its hand-overs a device chooses the first in step order, or with `HandOvers::to_idle_nics`
-// the one whose stage sends it on into the NIC that takes in fewest now, then has the most still
-// to take in (in step order, the stages all fed one host first, while another's NICs idled).
+// with the most still to take in (or with `Sends::in_phases`, the one of the earliest phase); else
+// a send inside its host, into the device that takes in the fewest now, then has the most still to
+// take in; else any hand-over; else a send into the NIC with the fewest flows (or of the earliest
+// phase). Devices choose in order of what their NICs still have to send (most first, or with
+// `Turns::least_left_first` least first: neither wins everywhere), and flows share the NICs and
+// receiving device links they cross max-min fairly, as in the simulator: a link that two sends
+// share takes twice as long for each, and a device whose every receiver is busy still sends (it
+// sends one op after another), so the order decides how often that happens. Of its hand-overs a
+// device chooses the first in step order, or with `HandOvers::to_idle_nics` the one whose stage
+// sends it on into the NIC that takes in fewest now, then has the most still to take in (in step
+// order, the stages all fed one host first, while another's NICs idled).
+// The phases: what each pair of NICs carries cut into matchings whose lengths add up to the busiest
+// NIC's bytes (each NIC sends into one NIC and takes in from one at a time; with work that may be
+// cut anywhere no NIC would wait), each step in the phase of its pair where its middle byte falls.
 enum class HandOvers { in_order, to_idle_nics };
 enum class Turns { most_left_first, least_left_first };
+enum class Sends { to_idle_nics, in_phases };
+struct PlayRules {
+  int stock = 1;
+  HandOvers hand_overs = HandOvers::in_order;
+  Turns turns = Turns::most_left_first;
+  Sends sends = Sends::to_idle_nics;
+};
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
-                           const std::vector<Job>& jobs, int stock, HandOvers hand_overs,
-                           Turns turns = Turns::most_left_first);
+                           const std::vector<Job>& jobs, const PlayRules& rules);
 
 }  // namespace meshcast::detail
