@@ -464,18 +464,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           }
         if (!any_shop) break;
       }
-      // The fastest shop played again with the devices that have least left on their NICs
-      // choosing first (where the busiest chose first, a NIC with little left took a receiving
-      // NIC that only it could have fed later), and with its sends chosen by phase, where a NIC
-      // that took the receiving NIC most in need left another without a sender (each played so
-      // every time: 8 better, 20 worse with two NICs).
-      if (fastest_shop && !near()) {
-        try_plays(std::get<1>(*fastest_shop), of,
-                  {.stock = std::get<2>(*fastest_shop), .turns = detail::Turns::least_left_first});
-        if (!near())
-          try_plays(std::get<1>(*fastest_shop), of,
-                    {.stock = std::get<2>(*fastest_shop), .sends = detail::Sends::in_phases});
-      }
+      // The fastest shop played again with every other pair of turns and sends: the devices that
+      // have least left on their NICs choosing first (where the busiest chose first, a NIC with
+      // little left took a receiving NIC that only it could have fed later), and the sends chosen
+      // by phase (where a NIC that took the receiving NIC most in need left another without a
+      // sender). Each played so every time, more cases got worse than better.
+      if (fastest_shop)
+        for (detail::Turns turns :
+             {detail::Turns::most_left_first, detail::Turns::least_left_first})
+          for (detail::Sends sends : {detail::Sends::to_idle_nics, detail::Sends::in_phases}) {
+            if (near()) break;
+            if (turns == detail::Turns::most_left_first && sends == detail::Sends::to_idle_nics)
+              continue;  // (the play that made it the fastest)
+            try_plays(std::get<1>(*fastest_shop), of,
+                      {.stock = std::get<2>(*fastest_shop), .turns = turns, .sends = sends});
+          }
       // Slices with several receivers on rails whose pieces go host to host, played the same way;
       // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
       // hosts forward what they took in while the holders send the next pieces. Each also spread:
