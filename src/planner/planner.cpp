@@ -113,7 +113,9 @@ constexpr int kMostRailRounds = 32;
 constexpr int64_t kRailRoundBuckets = 4;
 // The rounds of detail::nic_shop's pieces: a NIC idles about a round at the start and the end.
 constexpr int kShopRounds = 32;
-constexpr int kFineShopRounds = 2 * kShopRounds;
+// The fastest rails are laid again in pieces half and a quarter as large (at least
+// kRailRoundBuckets default buckets each).
+constexpr std::array kFinerRailRounds = {2 * kShopRounds, 4 * kShopRounds};
 // The sends a stage should have ready before its holder hands it more rather than send (played
 // plans, detail::play_steps): on the pieces of one receiver each a stock of three brought 8 of
 // 78 cases of the random suite's tail within 1.05x where waiting until a stage idled brought none;
@@ -510,11 +512,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
               (!fastest_rails || time < std::get<0>(*fastest_rails)))
             fastest_rails = {time, pick, how};
         }
-      // The fastest rails once more in pieces half as large: a host forwards a piece once it has
-      // taken it in, so the last piece reaches the end of a chain a piece's time per hop after it
-      // left, while NICs that have sent their share idle. Only the fastest, as each lay and play
-      // costs as much as the first (every other rails variant too: 2 more of 531 cases within
-      // 1.05x with two NICs, 17% more planning time).
+      // The fastest rails once more in pieces half and a quarter as large: a host forwards a piece
+      // once it has taken it in, so the last piece reaches the end of a chain a piece's time per
+      // hop after it left, while NICs that have sent their share idle. Only the fastest, as each
+      // lay and play costs as much as the first (every other rails variant in halves too: 2 more
+      // of 531 cases within 1.05x with two NICs, 17% more planning time).
       // The fastest rails played again with larger stocks, and with the devices that have least
       // left choosing first (only the fastest: every variant played with the stocks cost half the
       // planning time again with four NICs).
@@ -526,8 +528,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         try_plays(fastest->first, of,
                   {.stock = kRailStock, .turns = detail::Turns::least_left_first});
       }
-      if (fastest_rails && !near())
-        try_rails(kFineShopRounds, std::get<1>(*fastest_rails), std::get<2>(*fastest_rails));
+      if (fastest_rails)
+        for (int rounds : kFinerRailRounds) {
+          if (near()) break;
+          try_rails(rounds, std::get<1>(*fastest_rails), std::get<2>(*fastest_rails));
+        }
     };
     try_played(jobs);
     if (!kept_tasks.empty() && !near())
