@@ -119,13 +119,13 @@ constexpr std::array kFinerRailRounds = {2 * kShopRounds, 4 * kShopRounds};
 // The sends a stage should have ready before its holder hands it more rather than send (played
 // plans, detail::play_steps): on the pieces of one receiver each a stock of three brought 8 of
 // 78 cases of the random suite's tail within 1.05x where waiting until a stage idled brought none;
-// on rails, whose stages also relay, one does best, but the fastest rails gain from two and three
-// too on some cases with four NICs. The shop is played with each of three stocks:
+// on rails, whose stages also relay, one does best, but the fastest rails gain from two, three
+// and five too on some cases with four NICs. The shop is played with each of three stocks:
 // a small one keeps a holder free to send over its own NIC, a large one keeps its stages' NICs
 // from idling while it does, and neither wins everywhere.
 constexpr std::array<int, 3> kShopStocks = {3, 6, 10};
 constexpr int kRailStock = 1;
-constexpr std::array<int, 2> kMoreRailStocks = {2, 3};
+constexpr std::array<int, 3> kMoreRailStocks = {2, 3, 5};
 
 size_t stage_count(const std::vector<detail::Job>& jobs) {
   size_t count = 0;
@@ -429,6 +429,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       }
       return fastest;
     };
+    // The fastest play of a lay played again with every other pair of turns and sends: the devices
+    // that have least left on their NICs choosing first (where the busiest chose first, a NIC with
+    // little left took a receiving NIC that only it could have fed later), and the sends chosen by
+    // phase (where a NIC that took the receiving NIC most in need left another without a sender).
+    // Each played so every time, more cases got worse than better.
+    const auto try_other_turns_and_sends = [&](const std::vector<detail::PlayStep>& steps,
+                                               const std::vector<detail::Job>& of, int stock) {
+      for (detail::Turns turns : {detail::Turns::most_left_first, detail::Turns::least_left_first})
+        for (detail::Sends sends : {detail::Sends::to_idle_nics, detail::Sends::in_phases}) {
+          if (near()) return;
+          if (turns == detail::Turns::most_left_first && sends == detail::Sends::to_idle_nics)
+            continue;  // (the play that made it the fastest)
+          try_plays(steps, of, {.stock = stock, .turns = turns, .sends = sends});
+        }
+    };
     // Slices that each go to one receiver, spread over every NIC of their hosts by bytes or by
     // the ports that carry them, through stages and forwards the greedy may not move (it sends a
     // piece from its holder where that ends it soonest, which puts the pieces back on their
@@ -466,21 +481,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           }
         if (!any_shop) break;
       }
-      // The fastest shop played again with every other pair of turns and sends: the devices that
-      // have least left on their NICs choosing first (where the busiest chose first, a NIC with
-      // little left took a receiving NIC that only it could have fed later), and the sends chosen
-      // by phase (where a NIC that took the receiving NIC most in need left another without a
-      // sender). Each played so every time, more cases got worse than better.
       if (fastest_shop)
-        for (detail::Turns turns :
-             {detail::Turns::most_left_first, detail::Turns::least_left_first})
-          for (detail::Sends sends : {detail::Sends::to_idle_nics, detail::Sends::in_phases}) {
-            if (near()) break;
-            if (turns == detail::Turns::most_left_first && sends == detail::Sends::to_idle_nics)
-              continue;  // (the play that made it the fastest)
-            try_plays(std::get<1>(*fastest_shop), of,
-                      {.stock = std::get<2>(*fastest_shop), .turns = turns, .sends = sends});
-          }
+        try_other_turns_and_sends(std::get<1>(*fastest_shop), of, std::get<2>(*fastest_shop));
       // Slices with several receivers on rails whose pieces go host to host, played the same way;
       // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
       // hosts forward what they took in while the holders send the next pieces. Each also spread:
@@ -517,9 +519,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // hop after it left, while NICs that have sent their share idle. Only the fastest, as each
       // lay and play costs as much as the first (every other rails variant in halves too: 2 more
       // of 531 cases within 1.05x with two NICs, 17% more planning time).
-      // The fastest rails, finer ones too, played again with larger stocks, and with the devices
-      // that have least left choosing first (only the fastest: every variant played with the
-      // stocks cost half the planning time again with four NICs).
+      // The fastest rails, finer ones too, played again with larger stocks, and with every other
+      // pair of turns and sends (only the fastest: every variant played with the stocks cost half
+      // the planning time again with four NICs).
       if (fastest_rails)
         for (int rounds : kFinerRailRounds) {
           if (near()) break;
@@ -530,8 +532,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             std::min_element(played.begin(), played.end(),
                              [](const auto& a, const auto& b) { return a.second < b.second; });
         for (int stock : kMoreRailStocks) try_plays(fastest->first, of, {.stock = stock});
-        try_plays(fastest->first, of,
-                  {.stock = kRailStock, .turns = detail::Turns::least_left_first});
+        try_other_turns_and_sends(fastest->first, of, kRailStock);
       }
     };
     try_played(jobs);
