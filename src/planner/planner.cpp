@@ -122,8 +122,10 @@ constexpr std::array kFinerRailRounds = {2 * kShopRounds, 4 * kShopRounds};
 // on rails, whose stages also relay, one does best, but the fastest rails gain from two, three
 // and five too on some cases with four NICs. The shop is played with each of three stocks:
 // a small one keeps a holder free to send over its own NIC, a large one keeps its stages' NICs
-// from idling while it does, and neither wins everywhere.
+// from idling while it does, and neither wins everywhere; the fastest shop is also played with a
+// stock of twenty, where its stages' NICs still ran dry.
 constexpr std::array<int, 3> kShopStocks = {3, 6, 10};
+constexpr std::array<int, 1> kMoreShopStocks = {20};
 constexpr int kRailStock = 1;
 constexpr std::array<int, 3> kMoreRailStocks = {2, 3, 5};
 
@@ -481,8 +483,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           }
         if (!any_shop) break;
       }
-      if (fastest_shop)
+      if (fastest_shop) {
         try_other_turns_and_sends(std::get<1>(*fastest_shop), of, std::get<2>(*fastest_shop));
+        for (int stock : kMoreShopStocks) {
+          if (near()) break;
+          try_plays(std::get<1>(*fastest_shop), of, {.stock = stock});
+        }
+      }
       // Slices with several receivers on rails whose pieces go host to host, played the same way;
       // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
       // hosts forward what they took in while the holders send the next pieces. Each also spread:
