@@ -1022,6 +1022,13 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
                      .across = across,
                      .links = std::move(links)});
   }
+  // The links densely too, so that sharing the rates indexes tables instead of searching maps.
+  std::vector<int64_t> link_keys;
+  for (const Step& st : steps)
+    for (const auto& [link, bandwidth] : st.links) link_keys.push_back(link);
+  const DenseIndex link_index(std::move(link_keys));
+  for (Step& st : steps)
+    for (auto& [link, bandwidth] : st.links) link = link_index.index_of(link);
   // Per device: its steps that are ready and not started, in step order, and how many of them
   // cross hosts (what a stage has in stock).
   std::vector<std::vector<int>> pending(device.size());
@@ -1075,21 +1082,26 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
   // Max-min fair rates by progressive filling of the links the active steps share.
+  std::vector<double> capacity(link_index.size(), 0);
+  std::vector<int> users(link_index.size(), 0);
+  std::vector<int64_t> shared;  // the links the active steps cross
   const auto share_rates = [&] {
-    std::map<int64_t, double> capacity;
-    std::map<int64_t, int> users;
+    shared.clear();
     for (Flow& f : active) {
       f.rate = -1;
       for (const auto& [link, bandwidth] : steps[f.step].links) {
-        capacity.try_emplace(link, bandwidth);
+        if (users[link] == 0) {
+          capacity[link] = bandwidth;
+          shared.push_back(link);
+        }
         ++users[link];
       }
     }
     for (;;) {
       int64_t tightest = 0;
       double share = -1;
-      for (const auto& [link, n] : users)
-        if (n > 0 && (share < 0 || capacity[link] / n < share)) {
+      for (int64_t link : shared)
+        if (const int n = users[link]; n > 0 && (share < 0 || capacity[link] / n < share)) {
           share = capacity[link] / n;
           tightest = link;
         }
