@@ -457,37 +457,53 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // plays better where the pieces of many would meet at the receiving NICs.
     const auto try_played = [&](const std::vector<detail::Job>& of) {
       // (time, steps, stock) of the fastest play of the shop
-      std::optional<std::tuple<double, std::vector<detail::PlayStep>, int>> fastest_shop;
+      // The fastest play of the shop (time, steps, stock), of those laid with stages beside their
+      // holders and of those without.
+      struct FastestShop {
+        double time = 0;
+        std::vector<detail::PlayStep> steps;
+        int stock = 0;
+      };
+      std::array<std::optional<FastestShop>, 2> fastest_shops;
+      const auto try_shop = [&](detail::ShopLevel level, bool from_any_host,
+                                bool one_device_per_pair, bool stages_beside_holders) {
+        const auto shop = detail::nic_shop(
+            batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster), level,
+            from_any_host, one_device_per_pair, stages_beside_holders);
+        if (!shop) return false;
+        try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
+        auto steps = detail::shop_steps(*shop);
+        std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
+        for (int stock : kShopStocks)
+          if (const double time = try_plays(steps, of, {.stock = stock});
+              !fastest_stock || time < fastest_stock->first)
+            fastest_stock = {time, stock};
+        auto& fastest = fastest_shops[stages_beside_holders];
+        if (!fastest || fastest_stock->first < fastest->time)
+          fastest = FastestShop{fastest_stock->first, std::move(steps), fastest_stock->second};
+        return true;
+      };
+      // Laid by the ports, each way once more with stages beside the holders: a holder that hands
+      // the other NICs their shares over its link, or serves its neighbours, cannot keep its own
+      // NIC busy alone; laid only so, some larger shops played worse.
       for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
         if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, of)))
           break;
         bool any_shop = false;
         for (bool from_any_host : {false, true})
-          for (bool one_device_per_pair : {false, true}) {
-            if (near()) break;
-            const auto shop = detail::nic_shop(
-                batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                level, from_any_host, one_device_per_pair);
-            if (!shop) continue;
-            any_shop = true;
-            try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains,
-                          true);
-            auto steps = detail::shop_steps(*shop);
-            std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
-            for (int stock : kShopStocks)
-              if (const double time = try_plays(steps, of, {.stock = stock});
-                  !fastest_stock || time < fastest_stock->first)
-                fastest_stock = {time, stock};
-            if (!fastest_shop || fastest_stock->first < std::get<0>(*fastest_shop))
-              fastest_shop = {fastest_stock->first, std::move(steps), fastest_stock->second};
-          }
+          for (bool one_device_per_pair : {false, true})
+            for (bool beside : {false, true}) {
+              if (near() || (beside && level != detail::ShopLevel::ports)) break;
+              any_shop = try_shop(level, from_any_host, one_device_per_pair, beside) || any_shop;
+            }
         if (!any_shop) break;
       }
-      if (fastest_shop) {
-        try_other_turns_and_sends(std::get<1>(*fastest_shop), of, std::get<2>(*fastest_shop));
+      for (const auto& fastest : fastest_shops) {
+        if (!fastest) continue;
+        try_other_turns_and_sends(fastest->steps, of, fastest->stock);
         for (int stock : kMoreShopStocks) {
           if (near()) break;
-          try_plays(std::get<1>(*fastest_shop), of, {.stock = stock});
+          try_plays(fastest->steps, of, {.stock = stock});
         }
       }
       // Slices with several receivers on rails whose pieces go host to host, played the same way;

@@ -230,7 +230,7 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows) {
 // The flows' shares by device, laid a quantum at a time where each ends soonest
 // (ShopLevel::ports). `port` holds the seconds of each device's send port already taken.
 void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port,
-                  bool from_any_host) {
+                  bool from_any_host, bool beside_holders) {
   constexpr int kQuanta = 32;
   // Three passes: sending, receiving knowing what each port sends, and both again knowing what
   // each port forwards.
@@ -249,7 +249,13 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     for (int host : hosts_of(f.holders, c))
       for (int l = 0; l < c.devices_per_host; ++l) {
         const DeviceId d = c.device_id(host, l);
-        if (!f.holds(d) && f.bars(d)) continue;
+        // A device stages a NIC with a holder of the slice only where `beside_holders`.
+        if (!f.holds(d) &&
+            (f.bars(d) ||
+             (!beside_holders && std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
+               return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
+             }))))
+          continue;
         double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
         if (!f.holds(d)) {
           const DeviceId h = f.holder_beside(c, d);
@@ -388,7 +394,7 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
-                             bool one_device_per_pair) {
+                             bool one_device_per_pair, bool stages_beside_holders) {
   const Cluster& c = batch.cluster;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
@@ -556,10 +562,23 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   }
   shop.beside = std::move(beside);
   if (flows.empty() && shop.beside.empty()) return std::nullopt;
+  // Stages beside the holders need a device that holds nothing on a holder's NIC: else the shop
+  // is the one without them.
+  if (stages_beside_holders && std::none_of(flows.begin(), flows.end(), [&](const Flow& f) {
+        const auto& holders = from_any_host ? f.candidates : f.holders;
+        return std::any_of(holders.begin(), holders.end(), [&](DeviceId h) {
+          for (int l = c.nic_of(h); l < c.devices_per_host; l += c.nics_of(c.host_of(h)))
+            if (const DeviceId d = c.device_id(c.host_of(h), l);
+                !f.bars(d) && std::find(holders.begin(), holders.end(), d) == holders.end())
+              return true;
+          return false;
+        });
+      }))
+    return std::nullopt;
   if (level == ShopLevel::bytes)
     lay_by_bytes(c, flows);
   else
-    lay_by_ports(c, flows, port, from_any_host);
+    lay_by_ports(c, flows, port, from_any_host, stages_beside_holders);
   if (one_device_per_pair && !funnel(c, flows)) return std::nullopt;
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of

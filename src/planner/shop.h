@@ -46,9 +46,10 @@ struct Shop {
 //   the least to send per NIC so far (largest slices first);
 // - each host's sending is spread over its NICs that have devices, by `level`, and sent on each NIC
 //   by a holder of the slice there, else by the device of that NIC with the least to send (a
-//   stage, handed the piece by a holder; with ShopLevel::ports, a stage may also share a holder's
-//   NIC, whose port may be busy handing over); each host's receiving likewise, entering at the
-//   receiver on its own NIC and at a device that forwards it on the others;
+//   stage, handed the piece by a holder; with ShopLevel::ports and `stages_beside_holders`, a
+//   stage may also share a holder's NIC, whose port may be busy handing over); each host's
+//   receiving likewise, entering at the receiver on its own NIC and at a device that forwards it
+//   on the others;
 // - what a slice sends by each NIC and takes in by each NIC are paired in order (the north-west
 //   corner rule: the fewest cuts), and each pair cut into pieces of the busiest NIC's bytes /
 //   `rounds` (at least `min_piece_bytes`), so that pieces of one size take turns.
@@ -62,7 +63,7 @@ struct Shop {
 // host's NICs and ports end it soonest.
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
-                             bool one_device_per_pair);
+                             bool one_device_per_pair, bool stages_beside_holders = false);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
