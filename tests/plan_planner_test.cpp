@@ -32,6 +32,13 @@ Resharding problem_of(std::vector<int64_t> shape, Mesh src, const char* src_spec
   return p;
 }
 
+// Devices 0, 1, ..., count - 1.
+std::vector<DeviceId> first_devices(int count) {
+  std::vector<DeviceId> devices(count);
+  std::iota(devices.begin(), devices.end(), 0);
+  return devices;
+}
+
 std::map<OpKind, int> kind_counts(const Plan& plan) {
   std::map<OpKind, int> counts;
   for (const Op& op : plan.ops) ++counts[op.kind];
@@ -1271,8 +1278,7 @@ TEST(PlannerTest, TheFastestShopIsPlayedAgainInPhases) {
 // in phases with the least busy choosing first (random suite seed 1102 r3, long the worst case with
 // two NICs).
 TEST(PlannerTest, TheFastestShopIsPlayedInPhasesWithTheLeastBusyChoosingFirst) {
-  std::vector<DeviceId> dst(20);
-  for (int d = 0; d < 20; ++d) dst[d] = d;
+  const std::vector<DeviceId> dst = first_devices(20);
   Resharding p =
       problem_of({268435456}, Mesh({3}, {3, 13, 22}), "R", Mesh({5, 4}, dst), "S0/1", 6, 4);
   p.tensor.dtype = DType::float16;
@@ -1286,8 +1292,7 @@ TEST(PlannerTest, TheFastestShopIsPlayedInPhasesWithTheLeastBusyChoosingFirst) {
 // hops late and idled at the end (1.082x the bound); the fastest rails are also laid in pieces a
 // quarter as large (random suite seed 1106 r28, and 10 others with two NICs).
 TEST(PlannerTest, TheFastestRailsAreLaidAgainInPiecesAQuarterAsLarge) {
-  std::vector<DeviceId> dst(12);
-  for (int d = 0; d < 12; ++d) dst[d] = d;
+  const std::vector<DeviceId> dst = first_devices(12);
   Resharding p = problem_of({536870912}, Mesh({6, 1}, {14, 21, 3, 16, 22, 2}), "S01",
                             Mesh({4, 3}, dst), "S1", 6, 4);
   p.tensor.dtype = DType::uint8;
@@ -1313,8 +1318,7 @@ TEST(PlannerTest, TheFinerRailsArePlayedWithLargerStocksToo) {
 // least busy, a NIC that took the receiving NIC most in need left another without a sender
 // (1.089x the bound); the fastest rails are also played in phases (random suite seed 1106 r24).
 TEST(PlannerTest, TheFastestRailsArePlayedInPhasesToo) {
-  std::vector<DeviceId> src(8);
-  for (int d = 0; d < 8; ++d) src[d] = d;
+  const std::vector<DeviceId> src = first_devices(8);
   Resharding p = problem_of({333052, 13, 31}, Mesh({2, 4}, src), "RRS0/1",
                             Mesh({4}, {19, 4, 5, 16}), "RRR", 6, 4);
   p.cluster.nics_per_host = 4;
@@ -1326,8 +1330,7 @@ TEST(PlannerTest, TheFastestRailsArePlayedInPhasesToo) {
 // relays waited on their hand-overs (1.145x the bound); the fastest rails are also played with a
 // stock of five (random suite seed 1103 r30).
 TEST(PlannerTest, TheFastestRailsArePlayedWithAStockOfFive) {
-  std::vector<DeviceId> dst(20);
-  for (int d = 0; d < 20; ++d) dst[d] = d;
+  const std::vector<DeviceId> dst = first_devices(20);
   Resharding p = problem_of({536870913}, Mesh({2}, {17, 7}), "R", Mesh({5, 4}, dst), "R", 5, 4);
   p.tensor.dtype = DType::int8;
   p.cluster.nics_per_host = 2;
@@ -1353,8 +1356,7 @@ TEST(PlannerTest, TheFastestShopIsPlayedWithAStockOfTwenty) {
 // and each way's fastest play played again (`AStageSharesTheNicOfAHolderWhosePortIsBusy` is the
 // case the stages win).
 TEST(PlannerTest, TheShopIsLaidWithAndWithoutStagesBesideItsHolders) {
-  std::vector<DeviceId> dst(48);
-  for (int d = 0; d < 48; ++d) dst[d] = d;
+  const std::vector<DeviceId> dst = first_devices(48);
   Resharding p =
       problem_of({268435456}, Mesh({4}, {3, 13, 22, 41}), "R", Mesh({12, 4}, dst), "S0/1", 14, 4);
   p.tensor.dtype = DType::float16;

@@ -456,7 +456,6 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // leaving by the holding host that ends them soonest; not instead, as a slice kept on one host
     // plays better where the pieces of many would meet at the receiving NICs.
     const auto try_played = [&](const std::vector<detail::Job>& of) {
-      // (time, steps, stock) of the fastest play of the shop
       // The fastest play of the shop (time, steps, stock), of those laid with stages beside their
       // holders and of those without.
       struct FastestShop {

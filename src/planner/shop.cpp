@@ -228,9 +228,10 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows) {
 }
 
 // The flows' shares by device, laid a quantum at a time where each ends soonest
-// (ShopLevel::ports). `port` holds the seconds of each device's send port already taken.
+// (ShopLevel::ports), from any of each flow's holders. `port` holds the seconds of each device's
+// send port already taken.
 void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port,
-                  bool from_any_host, bool beside_holders) {
+                  bool beside_holders) {
   constexpr int kQuanta = 32;
   // Three passes: sending, receiving knowing what each port sends, and both again knowing what
   // each port forwards.
@@ -241,8 +242,6 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   };
   const auto link_time = [&](DeviceId d, double bytes) { return bytes / c.device_bandwidth_of(d); };
   std::map<int, double> out, in;  // seconds of each NIC taken
-  if (from_any_host)
-    for (Flow& f : flows) f.holders = f.candidates;
   const auto send_quantum = [&](Flow& f, double q) {
     double best_time = 0;
     DeviceId best = -1;
@@ -562,14 +561,15 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   }
   shop.beside = std::move(beside);
   if (flows.empty() && shop.beside.empty()) return std::nullopt;
+  // Laid by the ports from any host, a slice may leave by every device that holds it.
+  if (level == ShopLevel::ports && from_any_host)
+    for (Flow& f : flows) f.holders = f.candidates;
   // Stages beside the holders need a device that holds nothing on a holder's NIC: else the shop
   // is the one without them.
   if (stages_beside_holders && std::none_of(flows.begin(), flows.end(), [&](const Flow& f) {
-        const auto& holders = from_any_host ? f.candidates : f.holders;
-        return std::any_of(holders.begin(), holders.end(), [&](DeviceId h) {
+        return std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
           for (int l = c.nic_of(h); l < c.devices_per_host; l += c.nics_of(c.host_of(h)))
-            if (const DeviceId d = c.device_id(c.host_of(h), l);
-                !f.bars(d) && std::find(holders.begin(), holders.end(), d) == holders.end())
+            if (const DeviceId d = c.device_id(c.host_of(h), l); !f.holds(d) && !f.bars(d))
               return true;
           return false;
         });
@@ -578,7 +578,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   if (level == ShopLevel::bytes)
     lay_by_bytes(c, flows);
   else
-    lay_by_ports(c, flows, port, from_any_host, stages_beside_holders);
+    lay_by_ports(c, flows, port, stages_beside_holders);
   if (one_device_per_pair && !funnel(c, flows)) return std::nullopt;
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of

@@ -63,7 +63,7 @@ struct Shop {
 // host's NICs and ports end it soonest.
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
-                             bool one_device_per_pair, bool stages_beside_holders = false);
+                             bool one_device_per_pair, bool stages_beside_holders);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
