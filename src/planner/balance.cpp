@@ -36,6 +36,11 @@ int holder_hosts(const Transfer& transfer, const Cluster& cluster) {
   return static_cast<int>(hosts_of(transfer.candidates, cluster).size());
 }
 
+// Whether balance order with split may cut `transfer` between its holders and its helpers.
+bool helped(const Transfer& transfer, Helpers helpers) {
+  return helpers == Helpers::used && transfer.splittable && !transfer.helpers.empty();
+}
+
 void append_then(std::vector<Op>& ops, const Job& job) {
   ops.insert(ops.end(), job.then.begin(), job.then.end());
 }
@@ -170,13 +175,14 @@ struct Decoded {
 };
 
 // Every device the jobs may name: candidate senders, receivers and their follow-up ops' devices.
-std::vector<DeviceId> devices_of(const std::vector<Job>& jobs) {
+std::vector<DeviceId> devices_of(const std::vector<Job>& jobs, Helpers helpers) {
   std::vector<DeviceId> devices;
   for (const Job& job : jobs) {
     for (const Transfer& t : job.transfers) {
       devices.insert(devices.end(), t.candidates.begin(), t.candidates.end());
       devices.insert(devices.end(), t.receivers.begin(), t.receivers.end());
       devices.insert(devices.end(), t.stages.begin(), t.stages.end());
+      if (helped(t, helpers)) devices.insert(devices.end(), t.helpers.begin(), t.helpers.end());
     }
     for (const Op& op : job.then)
       devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
@@ -214,13 +220,14 @@ class Duties {
 class OrderPlanner {
  public:
   OrderPlanner(const Batch& batch, const std::vector<Job>& jobs, const PlanOptions& options,
-               Shape shape, Receipts receipts)
+               Shape shape, Receipts receipts, Helpers helpers)
       : batch_(batch),
         jobs_(jobs),
         options_(options),
         shape_(shape),
+        helpers_(helpers),
         bucket_bytes_(default_bucket_bytes(batch.cluster)),
-        model_(batch, devices_of(jobs), receipts == Receipts::over_nics_at_once),
+        model_(batch, devices_of(jobs, helpers), receipts == Receipts::over_nics_at_once),
         duties_(jobs, batch.cluster),
         own_begin_(jobs.size() + 1, 0) {
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -497,6 +504,42 @@ class OrderPlanner {
     return std::move(*best);
   }
 
+  // A transfer to devices beside its holders (`whole`: the slice from them), cut in two: the
+  // holders' part over device links and the helpers' part (from holders on other hosts) over the
+  // receivers' host's NICs, where a holder that serves several devices beside it takes longer
+  // than its host's NICs would (docs/concepts.md#lower-bound, near(d)). The helpers' share is
+  // the one at which both parts would end together, each sent from when its sender is free at
+  // its rate for the whole slice. Places the two parts (into `parts` and `schedule`) and returns
+  // when the later ends; places nothing where either part would be under a fiftieth.
+  double place_helped(const Transfer& t, const Job& job, const Candidate& whole, Schedule& schedule,
+                      const std::vector<double>& own_left, std::vector<Candidate>& parts,
+                      int64_t& work) const {
+    constexpr double kLeastShare = 0.02;
+    Transfer from_helpers = t;
+    from_helpers.candidates = t.helpers;
+    const Candidate away = soonest(from_helpers, t.slice, job, {}, schedule, own_left, work);
+    const auto start_of = [](const Candidate& c) {
+      double start = c.finish;
+      for (const auto& placing : c.placings) start = std::min(start, placing.slot.start);
+      return start;
+    };
+    const double away_start = start_of(away);
+    const double share =
+        (whole.finish - away_start) / (whole.finish - start_of(whole) + away.finish - away_start);
+    if (!(share >= kLeastShare && share <= 1 - kLeastShare)) return 0;
+    const std::vector<Box> cut = cut_at_weights(t.slice, {1 - share, share});
+    if (cut[0].empty() || cut[1].empty()) return 0;
+    double finish = 0;
+    for (int i : {0, 1}) {
+      Candidate part =
+          soonest(i == 0 ? t : from_helpers, cut[i], job, {}, schedule, own_left, work);
+      insert(part, schedule);
+      finish = std::max(finish, part.finish);
+      parts.push_back(std::move(part));
+    }
+    return finish;
+  }
+
   // Places one transfer whole or split; returns whether it was split. `done` grows to the
   // latest finish, `work` by the probes.
   bool place_transfer(const Transfer& t, const Job& job, SplitChoice choice, Schedule& schedule,
@@ -506,10 +549,12 @@ class OrderPlanner {
                           ? split_parts(t, holder_hosts(t, batch_.cluster))
                           : 1;
     Candidate whole = soonest(t, t.slice, job, {}, schedule, own_left, work);
-    if (parts > 1) {
-      std::vector<Candidate> pieces;
+    std::vector<Candidate> pieces;
+    double finish = 0;
+    if (options_.split && choice != SplitChoice::no && helped(t, helpers_)) {
+      finish = place_helped(t, job, whole, schedule, own_left, pieces, work);
+    } else if (parts > 1) {
       std::vector<int> used;
-      double finish = 0;
       for (int i = 0; i < parts; ++i) {
         Candidate piece =
             soonest(t, allgather_part(t.slice, parts, i), job, used, schedule, own_left, work);
@@ -518,13 +563,13 @@ class OrderPlanner {
         finish = std::max(finish, piece.finish);
         pieces.push_back(std::move(piece));
       }
-      if (choice == SplitChoice::yes || finish < whole.finish) {
-        for (Candidate& piece : pieces) record(std::move(piece), placed);
-        done = std::max(done, finish);
-        return true;
-      }
-      for (size_t i = pieces.size(); i-- > 0;) remove(pieces[i], schedule);
     }
+    if (!pieces.empty() && (choice == SplitChoice::yes || finish < whole.finish)) {
+      for (Candidate& piece : pieces) record(std::move(piece), placed);
+      done = std::max(done, finish);
+      return true;
+    }
+    for (size_t i = pieces.size(); i-- > 0;) remove(pieces[i], schedule);
     insert(whole, schedule);
     done = std::max(done, whole.finish);
     record(std::move(whole), placed);
@@ -535,6 +580,7 @@ class OrderPlanner {
   const std::vector<Job>& jobs_;
   const PlanOptions& options_;
   Shape shape_;
+  Helpers helpers_;
   int64_t bucket_bytes_;  // the default bucket size (a slice below it costs about a latency)
   CostModel model_;
   Duties duties_;
@@ -830,8 +876,9 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
 }
 
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
-                              const PlanOptions& options, Shape shape, Receipts receipts) {
-  const OrderPlanner planner(batch, jobs, options, shape, receipts);
+                              const PlanOptions& options, Shape shape, Receipts receipts,
+                              Helpers helpers) {
+  const OrderPlanner planner(batch, jobs, options, shape, receipts, helpers);
   const int n = static_cast<int>(jobs.size());
 
   // Two greedy seeds: largest jobs first, and task order; keep the better (ties: the first). A
@@ -862,7 +909,8 @@ std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
   std::vector<int> splittable;
   for (int j = 0; j < n; ++j)
     for (const Transfer& t : jobs[j].transfers)
-      if (options.split && split_parts(t, holder_hosts(t, batch.cluster)) > 1) {
+      if (options.split &&
+          (split_parts(t, holder_hosts(t, batch.cluster)) > 1 || helped(t, helpers))) {
         splittable.push_back(j);
         break;
       }

@@ -29,12 +29,17 @@ enum class Receipts {
                       // link takes in several NICs' worth
 };
 
+// Whether balance order with split cuts a transfer to devices beside its holders between them and
+// its helpers (Transfer::helpers).
+enum class Helpers { unused, used };
+
 // Greedy list scheduling on the Timeline cost model (largest jobs first, each transfer from the
 // holder that finishes it soonest), then a bounded search over job order and split choices that
 // keeps the best plan found; ops in start order.
 std::vector<Op> balance_order(const Batch& batch, const std::vector<Job>& jobs,
                               const PlanOptions& options, Shape shape = Shape::chains,
-                              Receipts receipts = Receipts::apart);
+                              Receipts receipts = Receipts::apart,
+                              Helpers helpers = Helpers::unused);
 
 // Rails in lockstep: the jobs round by round (Job::round), each transfer from the holder on the
 // least-loaded host (then device, as balance size), handed over to its stage first where it has one

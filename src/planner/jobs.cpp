@@ -94,7 +94,10 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
         std::vector<DeviceId> holders;
         for (DeviceId d : task.senders)
           if (batch.cluster.host_of(d) == host) holders.push_back(d);
-        job.transfers.push_back({task.slice, task.bytes, receivers, holders, true});
+        std::vector<DeviceId> helpers;
+        for (DeviceId d : task.senders)
+          if (batch.cluster.host_of(d) != host) helpers.push_back(d);
+        job.transfers.push_back({task.slice, task.bytes, receivers, holders, true, helpers});
       }
       break;
     }

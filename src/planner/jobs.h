@@ -20,6 +20,10 @@ struct Transfer {
   std::vector<DeviceId> receivers;   // ascending device ids
   std::vector<DeviceId> candidates;  // devices holding the slice, in mesh order
   bool splittable = false;           // may be cut into parts sent by different hosts
+  // Holders on other hosts, where every receiver is on the candidates' host: balance order with
+  // split and Helpers::used may send a part of the slice from one of them over the receivers'
+  // host's NICs while a candidate sends the rest over device links.
+  std::vector<DeviceId> helpers = {};
   // Devices that do not hold the slice, at most one per holders' host, each on the NIC the slice
   // should leave that host by: balance order may also send the slice to the stage of its sender's
   // host over the device link, and from it to the receivers.

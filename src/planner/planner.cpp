@@ -93,6 +93,13 @@ bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
   });
 }
 
+// Whether some transfer of `jobs` goes to devices beside its holders and has helpers
+// (detail::Transfer::helpers) that could send part of it.
+bool any_helped(const std::vector<detail::Job>& jobs) {
+  return any_transfer(jobs,
+                      [](const detail::Transfer& t) { return t.splittable && !t.helpers.empty(); });
+}
+
 // Whether some transfer of `jobs` has receivers on a host with several NICs: only then can rails
 // (detail::rail_jobs) receive faster than chains, which enter each host through one device.
 bool any_into_several_nics(const Batch& batch, const std::vector<detail::Job>& jobs) {
@@ -565,6 +572,16 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       if (candidate.time <= kAtOnceWithin * best)
         try_ops(detail::balance_order(batch, candidate.jobs, candidate.options,
                                       detail::Shape::chains, detail::Receipts::over_nics_at_once));
+    }
+    // A holder that alone serves several devices beside it takes longer than its host's NICs
+    // would: their slices are also cut between it and holders on other hosts. Last: it wins only
+    // where nothing else came near the bound, and coming near it first would stop the search
+    // before candidates that come nearer.
+    if (any_helped(jobs) && !near()) {
+      PlanOptions split = options;
+      split.split = true;
+      try_ops(detail::balance_order(batch, jobs, split, detail::Shape::chains,
+                                    detail::Receipts::apart, detail::Helpers::used));
     }
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
