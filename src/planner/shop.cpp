@@ -1141,10 +1141,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   };
   const auto choose = [&](int d) {  // an index of `device`
     int best = -1;
-    std::tuple<int, int, double> best_key;
+    std::tuple<int, int, int, double> best_key;
     for (int s : pending[d]) {
       const Step& st = steps[s];
-      std::tuple<int, int, double> key;
+      std::tuple<int, int, int, double> key;
       if (st.play->hand_over) {
         // First while its stage has fewer than `stock` sends it could start: a stage whose
         // hand-overs come only when it idles leaves its NIC idle for each.
@@ -1157,16 +1157,18 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
             to_take = in_left[in];
             break;
           }
-        key = {stocked[st.to] < rules.stock ? 0 : 3, flows, -to_take};
+        const bool low = stocked[st.to] < rules.stock;
+        key = {low ? 0 : 3, low && rules.hand_overs == HandOvers::evenly ? stocked[st.to] : 0,
+               flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
         const int n = flows_in[in];
         key = rules.sends == Sends::in_phases
-                  ? std::tuple{n == 0 ? 1 : 4, phase_of[s], static_cast<double>(n)}
-                  : std::tuple{n == 0 ? 1 : 4, n, -in_left[in]};
+                  ? std::tuple{n == 0 ? 1 : 4, 0, phase_of[s], static_cast<double>(n)}
+                  : std::tuple{n == 0 ? 1 : 4, 0, n, -in_left[in]};
       } else {
         // Into the device that takes in least now, then has the most still to take in.
-        key = {2, flows_to[st.to], -to_left[st.to]};
+        key = {2, 0, flows_to[st.to], -to_left[st.to]};
       }
       if (best < 0 || key < best_key) {
         best = s;
