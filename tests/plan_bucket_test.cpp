@@ -269,5 +269,43 @@ TEST(BucketTest, TheValidatorCheckMessagesPieceByPiece) {
                               plan.ops[k].pieces.size()));
 }
 
+// Devices 3 and 50 (hosts 0 and 6 of nine hosts of eight devices and eight NICs) each hold a
+// 128 MiB tensor whose 64ths go to the devices of hosts 0-7: each holder hands pieces of 64-256 KiB
+// to the seven devices beside it, which send them over their own NICs. Fused into the holder's
+// bucket for the same receiver (the holder holds them too), those pieces went over the holder's
+// one NIC and the hand-overs were for nothing (1.608x the bound). A piece its sender was handed
+// keeps its sender.
+TEST(BucketTest, APieceHandedToAStageKeepsItsSender) {
+  Resharding p;
+  p.tensor = TensorSpec{{67108864}, DType::float16};
+  p.src = Layout{Mesh({2}, {3, 50}), ShardingSpec::parse("R")};
+  p.dst = Layout{Mesh::placed({8, 8}, 0, 8), ShardingSpec::parse("S0/1")};
+  p.cluster = Cluster::from_gbps(
+      {.hosts = 9, .devices_per_host = 8, .nic_gbps = 10, .dev_gbps = 100, .nics_per_host = 8});
+  const Plan plan = make_plan(p);
+  const Plan unfused = make_plan(p, {.bucket_bytes = 0});
+  ASSERT_NO_THROW(validate_plan(plan));
+  EXPECT_EQ(pieces_of(plan), pieces_of(unfused));
+  // Each piece's sender per set of receivers (a handed piece goes holder -> stage -> receiver).
+  const auto senders = [](const Plan& of) {
+    std::map<std::tuple<int, int, Box, std::vector<DeviceId>>, DeviceId> sender;
+    for (const Op& op : of.ops)
+      if (op.sender)
+        for (const Piece& piece : op.pieces)
+          sender[{piece.tensor, piece.task, piece.slice, op.receivers}] = *op.sender;
+    return sender;
+  };
+  const auto fused_senders = senders(plan);
+  int handed = 0;
+  for (const auto& [piece, sender] : senders(unfused)) {
+    if (sender == 3 || sender == 50) continue;
+    ++handed;
+    EXPECT_EQ(fused_senders.at(piece), sender);
+  }
+  EXPECT_GT(handed, 0);
+  EXPECT_LT(buckets_of(plan), static_cast<int>(plan.ops.size()));
+  EXPECT_LE(simulate(plan).time_s, 1.40 * plan.lower_bound_s);
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -98,15 +98,19 @@ std::vector<Op> bucket_ops(const Batch& batch, std::vector<Op> ops, int64_t buck
     std::vector<size_t>& buckets = open[std::move(key)];
     // A bucket too full for a piece is closed, as one that is sent (so the search stays short).
     std::erase_if(buckets, [&](size_t b) { return ops[b].bytes + op.bytes > bucket_bytes; });
-    const auto it = std::find_if(buckets.begin(), buckets.end(),
-                                 [&](size_t b) { return holds_all(*ops[b].sender, op); });
+    // A piece its sender was handed (a stage or relay sends it on) keeps its sender: in another
+    // holder's bucket the hand-over would be for nothing and that holder's NIC would carry it.
+    const bool handed = !holds_all(*op.sender, op);
+    const auto it = handed ? buckets.end()
+                           : std::find_if(buckets.begin(), buckets.end(),
+                                          [&](size_t b) { return holds_all(*ops[b].sender, op); });
     if (it != buckets.end()) {
       Op& bucket = ops[*it];
       bucket.pieces.insert(bucket.pieces.end(), op.pieces.begin(), op.pieces.end());
       bucket.bytes += op.bytes;
       continue;
     }
-    if (holds_all(*op.sender, op)) buckets.push_back(kept);
+    if (!handed) buckets.push_back(kept);
     keep(op);
   }
   ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(kept), ops.end());
