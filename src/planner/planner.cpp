@@ -430,20 +430,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             try_laid_rails(rails_of(helped, {.per_receiver = per_receiver}), true);
           }
       }
-    // Each play with a device's hand-overs in step order, again toward the NICs that idle, and
-    // again to its stages in turn (a single holder that filled one stage's stock before the next
-    // started its NIC late: 8 NICs that started 0.1-3.5 ms into a plan of 9.7): none wins
+    // Each play with a device's hand-overs in step order and toward the NICs that idle, each
+    // also to its stages in turn (a single holder that filled one stage's stock before the next
+    // started its NICs late: 8 NICs that started 0.1-3.5 ms into a plan of 9.7): none wins
     // everywhere. The fastest play's time.
     const auto try_plays = [&](const std::vector<detail::PlayStep>& steps,
                                const std::vector<detail::Job>& of, detail::PlayRules rules) {
       double fastest = std::numeric_limits<double>::infinity();
       for (detail::HandOvers hand_overs :
-           {detail::HandOvers::in_order, detail::HandOvers::to_idle_nics,
-            detail::HandOvers::evenly}) {
-        if (near()) break;
-        rules.hand_overs = hand_overs;
-        fastest = std::min(fastest, try_ops(detail::play_steps(batch, steps, of, rules)));
-      }
+           {detail::HandOvers::in_order, detail::HandOvers::to_idle_nics})
+        for (bool in_turn : {false, true}) {
+          if (near()) return fastest;
+          rules.hand_overs = hand_overs;
+          rules.in_turn = in_turn;
+          fastest = std::min(fastest, try_ops(detail::play_steps(batch, steps, of, rules)));
+        }
       return fastest;
     };
     // The fastest play of a lay played again with every other pair of turns and sends: the devices

@@ -1158,8 +1158,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
             break;
           }
         const bool low = stocked[st.to] < rules.stock;
-        key = {low ? 0 : 3, low && rules.hand_overs == HandOvers::evenly ? stocked[st.to] : 0,
-               flows, -to_take};
+        key = {low ? 0 : 3, low && rules.in_turn ? stocked[st.to] : 0, flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
         const int n = flows_in[in];

@@ -129,18 +129,19 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // sends one op after another), so the order decides how often that happens. Of its hand-overs a
 // device chooses the first in step order, or with `HandOvers::to_idle_nics` the one whose stage
 // sends it on into the NIC that takes in fewest now, then has the most still to take in (in step
-// order, the stages all fed one host first, while another's NICs idled), or with
-// `HandOvers::evenly` the first in step order to the stage with the fewest sends it could start
-// (in step order, a holder filled one stage's stock before it handed the next one anything).
+// order, the stages all fed one host first, while another's NICs idled); either way, with
+// `in_turn`, first to the stage with the fewest sends it could start (in step order, a holder
+// filled one stage's stock before it handed the next one anything).
 // The phases: what each pair of NICs carries cut into matchings whose lengths add up to the busiest
 // NIC's bytes (each NIC sends into one NIC and takes in from one at a time; with work that may be
 // cut anywhere no NIC would wait), each step in the phase of its pair where its middle byte falls.
-enum class HandOvers { in_order, to_idle_nics, evenly };
+enum class HandOvers { in_order, to_idle_nics };
 enum class Turns { most_left_first, least_left_first };
 enum class Sends { to_idle_nics, in_phases };
 struct PlayRules {
   int stock = 1;
   HandOvers hand_overs = HandOvers::in_order;
+  bool in_turn = false;
   Turns turns = Turns::most_left_first;
   Sends sends = Sends::to_idle_nics;
 };
