@@ -247,12 +247,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                                               options.chunk_bytes))
           .time_s;
     };
-    double best = fused_time(plan.ops);  // of plan.ops fused into the default buckets
-    const auto near = [&] { return best <= kNearTheBound * plan.lower_bound_s; };
     // The candidates' stages, relays and forwards are laid by heuristics: one that would deliver
     // an element twice (a stage that also receives its slice another way) or miss one is not a
-    // plan, and is dropped however fast it looks. Debug builds (the sanitizers' tests) stop there
-    // instead, so that such a candidate is found and mended rather than hidden.
+    // plan, and is dropped however fast it looks; so is a first plan that is not one. Debug builds
+    // (the sanitizers' tests) stop there instead, so that such a candidate is found and mended
+    // rather than hidden.
     const auto delivers_once = [&](const std::vector<Op>& ops) {
       Plan candidate{
           .batch = batch, .strategy = plan.strategy, .balance = plan.balance, .ops = ops};
@@ -267,6 +266,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         return false;
       }
     };
+    // Of plan.ops fused into the default buckets; infinite where the first plan is not one (then
+    // any candidate that is replaces it).
+    double best =
+        delivers_once(plan.ops) ? fused_time(plan.ops) : std::numeric_limits<double>::infinity();
+    const auto near = [&] { return best <= kNearTheBound * plan.lower_bound_s; };
     // The candidate's time (infinite where it is not a plan). The candidate tried last and its
     // time are kept (as `plan.ops` where it was the best so far): the lockstep orders and the two
     // ways of handing over in a play often give the same ops twice in a row, which are not
@@ -607,6 +611,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       try_ops(detail::balance_order(batch, jobs, split, detail::Shape::chains,
                                     detail::Receipts::apart, detail::Helpers::used));
     }
+    if (std::isinf(best))
+      throw std::logic_error(
+          "planner: neither the plan nor any candidate delivers every element once");
     if (bucket_bytes == default_bucket_bytes(batch.cluster)) time = best;
   }
   plan.ops = detail::bucket_ops(batch, std::move(plan.ops), bucket_bytes, options.chunk_bytes);
