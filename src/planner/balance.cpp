@@ -38,7 +38,7 @@ int holder_hosts(const Transfer& transfer, const Cluster& cluster) {
 
 // Whether balance order with split may cut `transfer` between its holders and its helpers.
 bool helped(const Transfer& transfer, Helpers helpers) {
-  return helpers == Helpers::used && transfer.splittable && !transfer.helpers.empty();
+  return helpers == Helpers::used && transfer.helpable();
 }
 
 void append_then(std::vector<Op>& ops, const Job& job) {

@@ -91,12 +91,9 @@ Job make_job(const Batch& batch, int tensor, int index, const UnitTask& task, St
       if (!remote.empty())
         job.transfers.push_back({task.slice, task.bytes, std::move(remote), task.senders, true});
       for (const auto& [host, receivers] : local) {
-        std::vector<DeviceId> holders;
+        std::vector<DeviceId> holders, helpers;  // on the receivers' host, and on others
         for (DeviceId d : task.senders)
-          if (batch.cluster.host_of(d) == host) holders.push_back(d);
-        std::vector<DeviceId> helpers;
-        for (DeviceId d : task.senders)
-          if (batch.cluster.host_of(d) != host) helpers.push_back(d);
+          (batch.cluster.host_of(d) == host ? holders : helpers).push_back(d);
         job.transfers.push_back({task.slice, task.bytes, receivers, holders, true, helpers});
       }
       break;

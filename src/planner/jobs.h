@@ -44,6 +44,8 @@ struct Transfer {
   std::optional<DeviceId> stage_on(int host, const Cluster& cluster) const;
   // Whether every receiver is on a host that holds the slice (so it needs no NIC).
   bool within_holding_hosts(const Cluster& cluster) const;
+  // Whether helpers could send a part of it (a split may cut it).
+  bool helpable() const { return splittable && !helpers.empty(); }
 
   bool operator==(const Transfer&) const = default;
 };

@@ -96,8 +96,7 @@ bool any_splittable(const Batch& batch, const std::vector<detail::Job>& jobs) {
 // Whether some transfer of `jobs` goes to devices beside its holders and has helpers
 // (detail::Transfer::helpers) that could send part of it.
 bool any_helped(const std::vector<detail::Job>& jobs) {
-  return any_transfer(jobs,
-                      [](const detail::Transfer& t) { return t.splittable && !t.helpers.empty(); });
+  return any_transfer(jobs, [](const detail::Transfer& t) { return t.helpable(); });
 }
 
 // Whether some transfer of `jobs` has receivers on a host with several NICs: only then can rails
