@@ -545,6 +545,23 @@ TEST(LowerBoundTest, TheSendPortsOfAHostCarryWhatLeavesItAndWhatItsDevicesTakeFr
   EXPECT_GT(ports, bytes / 5e9);
 }
 
+TEST(LowerBoundTest, SlicesOnlyAHostHoldsAndNeedsCannotComeBackInOverItsNics) {
+  // Device 2 (host 0) holds the first third (32 B) of a 96 B tensor, device 1 the second, device
+  // 7 (host 1) the last; devices 0 and 1 need the first half, devices 4 and 5 of host 1 the
+  // second. Four NICs per host (1 B/s each, device l on NIC l), 10 B/s links. 16 B leave host 0
+  // at 1 B/s of some port each (16 port seconds), and devices 0 and 1 take 80 B of what only
+  // host 0 holds and needs (8 port seconds): such a byte comes in over host 0's NICs only after
+  // it left the host, a port second, more than the tenth it saves there. So 24 <= 4T and
+  // T >= 6 s, where the bound was 5.47 s while it counted those receipts as ones that may come
+  // in over the NICs (stay(h) in ports(h) of docs/concepts.md#lower-bound).
+  auto p = problem_of({24}, Mesh({3}, {2, 1, 7}), "S0", Mesh({2, 2}, {0, 1, 4, 5}), "S0", 2, 4);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 10;
+  p.cluster.nics_per_host = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 6 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 6);
+}
+
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
   auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);

@@ -195,17 +195,33 @@ double own_send_time(const Cluster& cluster, int host, double bytes,
 
 // ports(h) of docs/concepts.md#lower-bound (which has the proof): the least time in which the send
 // ports of host `host`'s devices, one op at a time each, send `only` bytes out of the host (each
-// at most min(nic, dev) per second) and `beside` bytes to devices of the host that need slices it
-// holds (each at most dev per second), less what of `beside` comes in over the host's NICs beside
-// the `in` bytes they must take in.
-double ports_time(const Cluster& cluster, int host, double only, double beside, double in) {
+// at most min(nic, dev) per second), `beside` bytes to devices of the host that need slices it
+// holds (each at most dev per second) and `stay` bytes of slices that only it holds and only it
+// needs, at most `receipts` devices each, less what of those comes in over the host's NICs beside
+// the `in` bytes they must take in: a receipt of `beside` that does saves its dev-second, one of
+// `stay` only what exceeds the port time of the byte's leaving the host first.
+double ports_time(const Cluster& cluster, int host, double only, double beside, double stay,
+                  int receipts, double in) {
   const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
   const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
   const double nic = cluster.nic_bandwidth_of(host);
-  const double work = only / own + beside / dev;  // port seconds, none over the NICs
+  const double work = only / own + (beside + stay) / dev;  // port seconds, none over the NICs
   const double devices = cluster.devices_per_host;
-  if (nic * work / devices <= in) return work / devices;
-  return (work + in / dev) / (devices + nic / dev);
+  const double stay_saves = receipts > 0 ? std::max(0.0, 1 / dev - 1 / (receipts * own)) : 0;
+  // The least T with devices × T + (port seconds the NICs' spare intake saves) ≥ work, piece by
+  // piece: the intake max(0, nic × T - in) saves 1 / dev a byte of `beside`, then stay_saves a
+  // byte of `stay`.
+  double t = in / nic;
+  if (nic <= 0 || devices * t >= work) return work / devices;
+  double saved = 0;
+  for (const auto& [bytes, saves] : {std::pair{beside, 1 / dev}, std::pair{stay, stay_saves}}) {
+    const double end = t + bytes / nic;
+    if (devices * end + saved + saves * bytes >= work)
+      return t + (work - devices * t - saved) / (devices + saves * nic);
+    saved += saves * bytes;
+    t = end;
+  }
+  return (work - saved) / devices;
 }
 
 // near(d) of docs/concepts.md#lower-bound (which has the proof): the least time in which the
@@ -244,6 +260,8 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<double> in(hosts.size(), 0);      // in(h) of docs/concepts.md, bytes
   std::vector<double> only(hosts.size(), 0);    // only(h)
   std::vector<double> beside(hosts.size(), 0);  // beside(h)
+  std::vector<double> stay(hosts.size(), 0);    // stay(h)
+  std::vector<int> stay_receipts(hosts.size(), 0);
   std::vector<double> dev_in(devices.size(), 0);
   std::vector<double> dev_only(devices.size(), 0);   // dev_only(d)
   std::vector<double> home_only(devices.size(), 0);  // home(d): what only d has, for its host
@@ -299,13 +317,17 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
         batch_pooled.add(b, hs);
         tensor_pooled.add(b, hs);
       }
+      // Receipts on a host that holds t: of a slice only that host holds and needs (stay), or not.
+      const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
       int taking = 0;  // receivers that do not hold t
       for (DeviceId d : t.receivers)
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
           ++taking;
           dev_in[devices.index_of(d)] += b;
-          if (const int h = hosts.index_of(cluster.host_of(d)); sends(h)) beside[h] += b;
+          if (const int h = hosts.index_of(cluster.host_of(d)); sends(h))
+            (stays ? stay : beside)[h] += b;
         }
+      if (stays) stay_receipts[hs[0]] = std::max(stay_receipts[hs[0]], taking);
       port_seconds += b * (entries / across + (taking - entries) / inside);
       // A sole holder sends every byte some other receiver needs at least once.
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
@@ -346,9 +368,9 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       bound = std::max(bound,
                        own_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0 || beside[h] > 0)
-      bound = std::max(
-          bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], beside[h], in[h]));
+    if (only[h] > 0 || beside[h] > 0 || stay[h] > 0)
+      bound = std::max(bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h],
+                                         beside[h], stay[h], stay_receipts[h], in[h]));
   bound = std::max(bound, port_seconds / cluster.devices());
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
