@@ -195,33 +195,64 @@ double own_send_time(const Cluster& cluster, int host, double bytes,
 
 // ports(h) of docs/concepts.md#lower-bound (which has the proof): the least time in which the send
 // ports of host `host`'s devices, one op at a time each, send `only` bytes out of the host (each
-// at most min(nic, dev) per second), `beside` bytes to devices of the host that need slices it
-// holds (each at most dev per second) and `stay` bytes of slices that only it holds and only it
-// needs, at most `receipts` devices each, less what of those comes in over the host's NICs beside
-// the `in` bytes they must take in: a receipt of `beside` that does saves its dev-second, one of
-// `stay` only what exceeds the port time of the byte's leaving the host first.
-double ports_time(const Cluster& cluster, int host, double only, double beside, double stay,
-                  int receipts, double in) {
+// at most min(nic, dev) per second) and pass on over device links what its devices take in
+// (`receipts`, by the receiver's rail) but what comes in over the rail's NIC: a receipt that does
+// saves its dev-second. Of `stay` (by rail: receipts of slices only the host holds and only it
+// needs, at most `stay_takers` devices each) one that comes in over a NIC saves only what exceeds
+// the port time of the byte's leaving the host first.
+double ports_time(const Cluster& cluster, int host, double only, std::vector<double> receipts,
+                  std::vector<double> stay, int stay_takers) {
   const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
   const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
-  const double nic = cluster.nic_bandwidth_of(host);
-  const double work = only / own + (beside + stay) / dev;  // port seconds, none over the NICs
   const double devices = cluster.devices_per_host;
-  const double stay_saves = receipts > 0 ? std::max(0.0, 1 / dev - 1 / (receipts * own)) : 0;
-  // The least T with devices × T + (port seconds the NICs' spare intake saves) ≥ work, piece by
-  // piece: the intake max(0, nic × T - in) saves 1 / dev a byte of `beside`, then stay_saves a
-  // byte of `stay`.
-  double t = in / nic;
-  if (nic <= 0 || devices * t >= work) return work / devices;
-  double saved = 0;
-  for (const auto& [bytes, saves] : {std::pair{beside, 1 / dev}, std::pair{stay, stay_saves}}) {
-    const double end = t + bytes / nic;
-    if (devices * end + saved + saves * bytes >= work)
-      return t + (work - devices * t - saved) / (devices + saves * nic);
-    saved += saves * bytes;
-    t = end;
+  const int nics = cluster.nics_of(host);
+  receipts.resize(static_cast<size_t>(nics), 0);
+  stay.resize(static_cast<size_t>(nics), 0);
+  const double stay_saves = stay_takers > 0 ? std::max(0.0, 1 / dev - 1 / (stay_takers * own)) : 0;
+  double work = only / own;  // port seconds, none of the receipts over the NICs
+  std::vector<double> rate(static_cast<size_t>(nics));  // what each rail's NIC takes in per second
+  for (int n = 0; n < nics; ++n) {
+    work += (receipts[n] + stay[n]) / dev;
+    const int on_rail =
+        n < cluster.devices_per_host ? (cluster.devices_per_host - 1 - n) / nics + 1 : 0;
+    rate[n] = std::min(cluster.single_nic_bandwidth_of(host), dev * on_rail);
   }
-  return (work - saved) / devices;
+  // The port seconds the rails' intake saves in T, and how fast that grows: per rail 1 / dev a
+  // byte up to its receipts, then stay_saves a byte up to its stay.
+  const auto saved = [&](double t) {
+    double sum = 0;
+    for (int n = 0; n < nics; ++n)
+      sum += std::min(rate[n] * t, receipts[n]) / dev +
+             stay_saves * std::clamp(rate[n] * t - receipts[n], 0.0, stay[n]);
+    return sum;
+  };
+  const auto growth = [&](double t) {
+    double sum = devices;
+    for (int n = 0; n < nics; ++n)
+      sum += rate[n] * t < receipts[n]             ? rate[n] / dev
+             : rate[n] * t < receipts[n] + stay[n] ? stay_saves * rate[n]
+                                                   : 0;
+    return sum;
+  };
+  // devices × T + saved(T) grows with T, linearly between the points where a rail's intake passes
+  // its receipts and then its stay: the least T where it reaches `work` lies after the last point
+  // below it.
+  std::vector<double> points;
+  for (int n = 0; n < nics; ++n)
+    if (rate[n] > 0)
+      points.insert(points.end(), {receipts[n] / rate[n], (receipts[n] + stay[n]) / rate[n]});
+  std::sort(points.begin(), points.end());
+  double from = 0;
+  double to = -1;
+  for (double point : points) {
+    if (devices * point + saved(point) >= work) {
+      to = point;
+      break;
+    }
+    from = point;
+  }
+  return from +
+         (work - devices * from - saved(from)) / growth(to > from ? (from + to) / 2 : from + 1);
 }
 
 // near(d) of docs/concepts.md#lower-bound (which has the proof): the least time in which the
@@ -257,11 +288,19 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   for (int64_t d : device_ids) host_ids.push_back(cluster.host_of(static_cast<DeviceId>(d)));
   const DenseIndex devices(std::move(device_ids));
   const DenseIndex hosts(std::move(host_ids));
-  std::vector<double> in(hosts.size(), 0);      // in(h) of docs/concepts.md, bytes
-  std::vector<double> only(hosts.size(), 0);    // only(h)
-  std::vector<double> beside(hosts.size(), 0);  // beside(h)
-  std::vector<double> stay(hosts.size(), 0);    // stay(h)
-  std::vector<int> stay_receipts(hosts.size(), 0);
+  std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
+  std::vector<double> only(hosts.size(), 0);  // only(h)
+  // Receipts on each host by the receiver's rail (receipts(h, n) of docs/concepts.md): of slices
+  // only that host holds and only it needs (stay), and of all others; how many devices take a
+  // slice of stay at most.
+  std::vector<std::vector<double>> receipts(hosts.size());
+  std::vector<std::vector<double>> stay(hosts.size());
+  std::vector<int> stay_takers(hosts.size(), 0);
+  const auto on_rail = [&](std::vector<std::vector<double>>& table, int h, DeviceId d) -> double& {
+    std::vector<double>& rails = table[h];
+    if (rails.empty()) rails.assign(static_cast<size_t>(cluster.nics_of(cluster.host_of(d))), 0);
+    return rails[cluster.nic_of(d)];
+  };
   std::vector<double> dev_in(devices.size(), 0);
   std::vector<double> dev_only(devices.size(), 0);   // dev_only(d)
   std::vector<double> home_only(devices.size(), 0);  // home(d): what only d has, for its host
@@ -317,17 +356,15 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
         batch_pooled.add(b, hs);
         tensor_pooled.add(b, hs);
       }
-      // Receipts on a host that holds t: of a slice only that host holds and needs (stay), or not.
       const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
       int taking = 0;  // receivers that do not hold t
       for (DeviceId d : t.receivers)
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
           ++taking;
           dev_in[devices.index_of(d)] += b;
-          if (const int h = hosts.index_of(cluster.host_of(d)); sends(h))
-            (stays ? stay : beside)[h] += b;
+          on_rail(stays ? stay : receipts, hosts.index_of(cluster.host_of(d)), d) += b;
         }
-      if (stays) stay_receipts[hs[0]] = std::max(stay_receipts[hs[0]], taking);
+      if (stays) stay_takers[hs[0]] = std::max(stay_takers[hs[0]], taking);
       port_seconds += b * (entries / across + (taking - entries) / inside);
       // A sole holder sends every byte some other receiver needs at least once.
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
@@ -368,9 +405,9 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       bound = std::max(bound,
                        own_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0 || beside[h] > 0 || stay[h] > 0)
+    if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty())
       bound = std::max(bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h],
-                                         beside[h], stay[h], stay_receipts[h], in[h]));
+                                         receipts[h], stay[h], stay_takers[h]));
   bound = std::max(bound, port_seconds / cluster.devices());
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
