@@ -50,6 +50,22 @@ TEST(ClusterNicsTest, HostBandwidthCountsWhatItsDevicesCanFill) {
   EXPECT_EQ(c.nic_bandwidth_of(0), 10e9);
 }
 
+// Each NIC's share: the devices on it, and what it carries at most.
+TEST(ClusterNicsTest, EachRailCarriesWhatItsDevicesCanFill) {
+  Cluster c{.hosts = 2, .devices_per_host = 8, .nic_bandwidth = 30e9, .device_bandwidth = 10e9};
+  c.nics_per_host = 3;  // devices 0, 3, 6 on NIC 0; 1, 4, 7 on NIC 1; 2, 5 on NIC 2
+  EXPECT_EQ(c.devices_on_nic(1, 0), 3);
+  EXPECT_EQ(c.devices_on_nic(1, 1), 3);
+  EXPECT_EQ(c.devices_on_nic(1, 2), 2);
+  EXPECT_EQ(c.rail_bandwidth_of(1, 0), 30e9);
+  EXPECT_EQ(c.rail_bandwidth_of(1, 2), 20e9);  // two links of 10e9
+  EXPECT_EQ(c.nic_bandwidth_of(1), 80e9);
+  c.devices_per_host = 2;  // NIC 2 has no device
+  EXPECT_EQ(c.devices_on_nic(0, 1), 1);
+  EXPECT_EQ(c.devices_on_nic(0, 2), 0);
+  EXPECT_EQ(c.rail_bandwidth_of(0, 2), 0);
+}
+
 TEST(ClusterNicsTest, DefaultIsOneNicPerHost) {
   const Cluster c{.hosts = 2, .devices_per_host = 4};
   EXPECT_EQ(c.nics_of(0), 1);

@@ -18,16 +18,21 @@ Cluster Cluster::from_gbps(const ClusterGbps& figures) {
 }
 
 double Cluster::nic_bandwidth_of(int host) const {
-  // NIC n carries the devices l with l mod nics == n: devices_per_host / nics of them, one more
-  // on each of the first devices_per_host % nics NICs.
-  const int nics = nics_of(host);
-  const double nic = single_nic_bandwidth_of(host);
   double total = 0;
-  for (int n = 0; n < std::min(nics, devices_per_host); ++n) {
-    const int devices = devices_per_host / nics + (n < devices_per_host % nics ? 1 : 0);
-    total += std::min(nic, devices * device_bandwidth);
-  }
+  for (int n = 0; n < std::min(nics_of(host), devices_per_host); ++n)
+    total += rail_bandwidth_of(host, n);
   return total;
+}
+
+int Cluster::devices_on_nic(int host, int nic) const {
+  // The devices l with l mod nics == nic: devices_per_host / nics of them, one more on each of the
+  // first devices_per_host % nics NICs.
+  const int nics = nics_of(host);
+  return devices_per_host / nics + (nic < devices_per_host % nics ? 1 : 0);
+}
+
+double Cluster::rail_bandwidth_of(int host, int nic) const {
+  return std::min(single_nic_bandwidth_of(host), devices_on_nic(host, nic) * device_bandwidth);
 }
 
 double Cluster::single_nic_bandwidth_of(int host) const {

@@ -154,8 +154,7 @@ double own_send_time(const Cluster& cluster, int host, double bytes,
   const double own = std::min(nic, dev);
   // Per NIC: its devices that hold nothing, and its holders' busy seconds.
   std::vector<int> others(nics);
-  for (int n = 0; n < nics; ++n)
-    others[n] = cluster.devices_per_host / nics + (n < cluster.devices_per_host % nics ? 1 : 0);
+  for (int n = 0; n < nics; ++n) others[n] = cluster.devices_on_nic(host, n);
   std::vector<std::vector<double>> busy(nics);
   for (const auto& [local, seconds] : holders) {
     busy[local % nics].push_back(seconds);
@@ -213,9 +212,7 @@ double ports_time(const Cluster& cluster, int host, double only, std::vector<dou
   std::vector<double> rate(static_cast<size_t>(nics));  // what each rail's NIC takes in per second
   for (int n = 0; n < nics; ++n) {
     work += (receipts[n] + stay[n]) / dev;
-    const int on_rail =
-        n < cluster.devices_per_host ? (cluster.devices_per_host - 1 - n) / nics + 1 : 0;
-    rate[n] = std::min(cluster.single_nic_bandwidth_of(host), dev * on_rail);
+    rate[n] = cluster.rail_bandwidth_of(host, n);
   }
   // The port seconds the rails' intake saves in T, and how fast that grows: per rail 1 / dev a
   // byte up to its receipts, then stay_saves a byte up to its stay.

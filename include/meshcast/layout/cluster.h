@@ -63,6 +63,11 @@ struct Cluster {
   // The NIC (0..nics_of(host)-1) a device's inter-host traffic goes through, its rail: local
   // device l on NIC l mod nics, as rail-optimised fabrics wire GPU l to NIC l.
   int nic_of(DeviceId device) const;
+  // How many of the host's devices are on its NIC `nic` (0 for a NIC beyond its devices).
+  int devices_on_nic(int host, int nic) const;
+  // What NIC `nic` of the host carries per second at most (each direction): its bandwidth, and at
+  // most the device links of the devices on it together. nic_bandwidth_of sums it over the NICs.
+  double rail_bandwidth_of(int host, int nic) const;
   double device_bandwidth_of(DeviceId device) const;
   // Throws InvalidArgument on non-positive sizes, bandwidths, NIC counts, negative latency,
   // overrides of the wrong length, or more than kMaxDevices devices or kMaxNicsPerHost NICs.
