@@ -696,7 +696,7 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
 
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
                                                 int rounds, int64_t min_piece_bytes, RailPick pick,
-                                                RailSpread how) {
+                                                RailSpread how, RailRelays relays) {
   const bool spread = how != RailSpread::none;
   const bool handing = how == RailSpread::handing;
   const bool returning = how == RailSpread::returning;
@@ -776,10 +776,13 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                                             : 0.0;
   };
   std::vector<PlayStep> steps;
+  std::map<int, double> sent_away;  // seconds of each host's NICs sending so far
   const auto add = [&](const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
                        bool hand_over = false) {
     const int64_t bytes = slice_bytes(batch, job, slice);
     port[from] += port_seconds(from, to, static_cast<double>(bytes));
+    if (const int h = c.host_of(from); h != c.host_of(to))
+      sent_away[h] += static_cast<double>(bytes) / c.nic_bandwidth_of(h);
     if (const double in = in_seconds(from, to, static_cast<double>(bytes)); in > 0)
       nic_in[nic_id(to)] += in;
     steps.push_back({.job = &job,
@@ -863,6 +866,9 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     std::vector<std::vector<int>> arrived(static_cast<size_t>(n));
     std::vector<int> order;  // the hosts after the holding host, cyclic
     for (const auto& [h, receivers] : away) order.push_back(h);
+    // A chain's hosts but the last relay it: those that have sent least so far come first.
+    std::map<int, double> sent_before;
+    for (int h : order) sent_before[h] = sent_away[h];
     // Handing, a holder's port hands each piece to its host's receivers once (below): counted
     // while the pieces choose their senders, so that a holder serving its host hands rails over.
     std::map<DeviceId, double> serving;
@@ -881,6 +887,9 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       const int from_host = holding[static_cast<size_t>(j) % holding.size()];
       std::sort(order.begin(), order.end());
       std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
+      if (relays == RailRelays::least_sent_first)
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return sent_before[a] < sent_before[b]; });
       std::vector<Hop> best;
       double best_load = -1;
       for (int k = 0; k < used_nics(c, from_host); ++k) {

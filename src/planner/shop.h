@@ -110,11 +110,15 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // whichever leaves the ports and the receiving NIC less busy (it comes back over NICs that often
 // carry nothing else), and a device that alone holds slices that leave its host is charged with
 // them at its NIC's rate until they are laid, so that it is not handed another holder's rail first.
+// The receiving hosts of a slice go in host order after its holding host, or with
+// `RailRelays::least_sent_first` those whose NICs have sent least so far first (all but a chain's
+// last host relay it: in host order one host relayed two slices while another relayed none).
 enum class RailPick { cyclic, least_busy };
 enum class RailSpread { none, spread, handing, returning };
+enum class RailRelays { by_host, least_sent_first };
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
                                                 int rounds, int64_t min_piece_bytes, RailPick pick,
-                                                RailSpread how);
+                                                RailSpread how, RailRelays relays);
 
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
