@@ -594,10 +594,14 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // (in both orders where the second was faster), played again so too where they are now the
       // fastest (laid before the larger stocks were played, they took them from rails that gained
       // more from them: 3 cases worse with two NICs).
-      const auto fastest_played = [&] {
-        return std::min_element(played.begin(), played.end(),
-                                [](const Played& a, const Played& b) { return a.time < b.time; }) -
-               played.begin();
+      // Of those laid in `relays` order, or of all.
+      const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt) {
+        std::ptrdiff_t fastest = -1;
+        for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
+          if ((!relays || played[i].lay.relays == *relays) &&
+              (fastest < 0 || played[i].time < played[fastest].time))
+            fastest = i;
+        return fastest;
       };
       const auto play_again = [&](std::ptrdiff_t i) {
         for (int stock : kMoreRailStocks) try_plays(played[i].steps, of, {.stock = stock});
@@ -606,6 +610,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       if (near()) return;
       const std::ptrdiff_t fastest = fastest_played();
       play_again(fastest);
+      if (fastest_lays.size() > 1)
+        if (const std::ptrdiff_t by_host = fastest_played(detail::RailRelays::by_host);
+            by_host != fastest && !near())
+          play_again(by_host);
       if (near()) return;
       for (const RailLay& lay : fastest_lays) {
         if (near()) return;
