@@ -347,13 +347,14 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           in[h] += b;
           ++entries;
         }
-      if (hs.size() == 1 && !(hr.size() == 1 && hr[0] == hs[0])) only[hs[0]] += b;
+      // Held and needed on one host alone (HS(t) = HR(t) = {h}).
+      const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
+      if (hs.size() == 1 && !stays) only[hs[0]] += b;
       if (hold_sets) held.add(b, hs, hr);
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
         batch_pooled.add(b, hs);
         tensor_pooled.add(b, hs);
       }
-      const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
       int taking = 0;  // receivers that do not hold t
       for (DeviceId d : t.receivers)
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
@@ -367,7 +368,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
                                                [&](DeviceId r) { return r != t.senders[0]; })) {
         dev_only[devices.index_of(t.senders[0])] += b;
-        if (hr.size() == 1 && hr[0] == hs[0]) home_only[devices.index_of(t.senders[0])] += b;
+        if (stays) home_only[devices.index_of(t.senders[0])] += b;
       }
       add_local(t, b, hosts, cluster, by_host,
                 [&](DeviceId d) -> double& { return local[devices.index_of(d)]; });
