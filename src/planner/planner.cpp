@@ -590,11 +590,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         }
       // The fastest play of rails, finer ones too, played again with larger stocks, and with every
       // other pair of turns and sends (only the fastest: every variant played with the stocks cost
-      // half the planning time again with four NICs). Then the fastest rails in the finest pieces
-      // (in both orders where the second was faster), played again so too where they are now the
-      // fastest (laid before the larger stocks were played, they took them from rails that gained
-      // more from them: 3 cases worse with two NICs).
-      // Of those laid in `relays` order, or of all.
+      // half the planning time again with four NICs); where both relay orders went on, the fastest
+      // in host order too (else the stocks went to the other order alone: 1 case worse). Then the
+      // fastest rails in the finest pieces (in both orders where the second was faster), played
+      // again so too where they are now the fastest (laid before the larger stocks were played,
+      // they took them from rails that gained more from them: 3 cases worse with two NICs).
+      // The fastest of those laid in `relays` order, or of all:
       const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt) {
         std::ptrdiff_t fastest = -1;
         for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
