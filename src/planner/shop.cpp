@@ -7,6 +7,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <set>
 #include <span>
 #include <tuple>
@@ -741,9 +742,12 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
         host_out[h] += static_cast<double>(t.bytes) / static_cast<double>(holding.size());
   }
   if (!several || host_in.empty()) return std::nullopt;
-  double busiest = 0;
+  double busiest = 0, busiest_seconds = 0;  // bytes per NIC of the busiest host, and its seconds
   for (const auto& side : {host_in, host_out})
-    for (const auto& [h, bytes] : side) busiest = std::max(busiest, bytes / used_nics(c, h));
+    for (const auto& [h, bytes] : side) {
+      busiest = std::max(busiest, bytes / used_nics(c, h));
+      busiest_seconds = std::max(busiest_seconds, bytes / c.nic_bandwidth_of(h));
+    }
   const double piece = std::max(static_cast<double>(min_piece_bytes), busiest / rounds);
 
   const NicIds nic_id(c);
@@ -832,7 +836,12 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       own[w] = static_cast<double>(t.bytes) / c.single_nic_bandwidth_of(c.host_of(d));
       port[d] += own[w];
     }
-  for (size_t w = 0; w < work.size(); ++w) {
+  // Slices that stay on their holders' hosts first, so that the rails see the ports they use.
+  std::vector<size_t> sequence(work.size());
+  std::iota(sequence.begin(), sequence.end(), size_t{0});
+  std::stable_partition(sequence.begin(), sequence.end(),
+                        [&](size_t w) { return work[w].second.within_holding_hosts(c); });
+  for (size_t w : sequence) {
     const auto& [job_of, t] = work[w];
     const Job& job = *job_of;
     if (own[w] > 0) port[t.candidates[0]] -= own[w];
@@ -847,10 +856,36 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     // Unless spread, each receiver beside the holders takes the whole slice from one of them (a
     // receiver that stages pieces, below, the other pieces only).
     std::map<DeviceId, int> whole;  // the step that brings it the slice
-    if (!spread || away.empty())
+    const auto n =
+        static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
+    // A slice that stays on its holders' hosts goes to each receiver beside a holder from it, or
+    // where that would keep the holder's port busier than the busiest host's NICs, in a chain of
+    // pieces through them, so that each port carries it once.
+    if (away.empty()) {
+      for (const auto& [h, receivers] : beside) {
+        const DeviceId holder = holder_on(t, h);
+        const double fan_out = static_cast<double>(receivers.size()) *
+                               static_cast<double>(t.bytes) / c.device_bandwidth_of(holder);
+        if (fan_out <= busiest_seconds) {
+          for (DeviceId r : receivers) add(job, t.slice, holder, r, -1);
+          continue;
+        }
+        for (int j = 0; j < n; ++j) {
+          const Box slice = allgather_part(t.slice, n, j);
+          if (slice.empty()) continue;
+          DeviceId from = holder;
+          int after = -1;
+          for (DeviceId r : receivers) {
+            after = add(job, slice, from, r, after);
+            from = r;
+          }
+        }
+      }
+      continue;
+    }
+    if (!spread)
       for (const auto& [h, receivers] : beside)
         for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
-    if (away.empty()) continue;
     // A receiver of the job's other transfers may not stage this one (spread, those of the same
     // slice are this one).
     std::vector<DeviceId> barred;  // (a job's entries in `work` are consecutive)
@@ -860,8 +895,6 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       barred.insert(barred.end(), work[u].second.receivers.begin(), work[u].second.receivers.end());
     // Per piece, per holding host: the step that handed it to a receiver there, as a stage.
     std::map<std::pair<int, int>, int> staged;
-    const auto n =
-        static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
     // Per piece: the steps that brought it to devices of the receiving hosts.
     std::vector<std::vector<int>> arrived(static_cast<size_t>(n));
     std::vector<int> order;  // the hosts after the holding host, cyclic
@@ -985,9 +1018,10 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
           const DeviceId holder = holder_on(t, h);
           const auto bytes = static_cast<double>(slice_bytes(batch, job, slice));
           // Returning, from the receiving host's device that has it and sends least, where that
-          // leaves the ports and the receiving NIC less busy than the holder's port.
+          // leaves the ports and the receiving NIC less busy than the holder's port; but not the
+          // last piece, which would come back a piece's time after the NICs sent everything.
           int back = -1;
-          if (returning)
+          if (returning && j + 1 < n)
             for (int a : arrived[static_cast<size_t>(j)])
               if (back < 0 || port[steps[static_cast<size_t>(a)].to] <
                                   port[steps[static_cast<size_t>(back)].to])

@@ -110,6 +110,10 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // whichever leaves the ports and the receiving NIC less busy (it comes back over NICs that often
 // carry nothing else), and a device that alone holds slices that leave its host is charged with
 // them at its NIC's rate until they are laid, so that it is not handed another holder's rail first.
+// The last piece is not taken back: it would come a piece's time after the NICs sent everything.
+// Slices that stay on their holders' hosts are laid first, so that the rails see the ports they
+// keep busy: each receiver beside a holder takes one from the holder, or where that would keep the
+// holder's port busier than the busiest host's NICs, in a chain of pieces through the receivers.
 // The receiving hosts of a slice go in host order after its holding host, or with
 // `RailRelays::least_sent_first` those whose NICs have sent least so far first (all but a chain's
 // last host relay it: in host order one host relayed two slices while another relayed none).
