@@ -1479,9 +1479,10 @@ TEST(PlannerTest, RailsAlsoRelayThroughTheHostsThatSentLeast) {
 // they knew that its port also serves host 1: 1.121x with two NICs. Slices that stay on their
 // holders' hosts are laid first (1.013x); with four NICs device 4 serving its three neighbours
 // one after the other took longer than the NICs, so it serves them in a chain of pieces
-// (1.411x -> 1.235x; detail::rail_steps).
+// (1.411x -> 1.235x), and the least busy rails send more of the first half from host 2, whose
+// devices serve nobody beside them (1.050x; detail::rail_steps).
 TEST(PlannerTest, RailsSeeThePortsOfSlicesThatStayOnTheirHosts) {
-  for (const auto& [nics, within] : {std::pair{2, 1.02}, std::pair{4, 1.25}}) {
+  for (const auto& [nics, within] : {std::pair{2, 1.02}, std::pair{4, 1.06}}) {
     Resharding p = problem_of({268435456}, Mesh({2}, {4, 9}), "R",
                               Mesh({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}), "S0", 3, 4);
     p.tensor.dtype = DType::bfloat16;

@@ -917,58 +917,68 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       // A holder's port also hands its pieces over, and a receiver's port forwards to the
       // receivers beside it, so equal rails can leave the other ports waiting for theirs; but
       // choosing piece by piece can also crowd a rail that pays off only later.
-      const int from_host = holding[static_cast<size_t>(j) % holding.size()];
-      std::sort(order.begin(), order.end());
-      std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
-      if (relays == RailRelays::least_sent_first)
-        std::stable_sort(order.begin(), order.end(),
-                         [&](int a, int b) { return sent_before[a] < sent_before[b]; });
       std::vector<Hop> best;
       double best_load = -1;
-      for (int k = 0; k < used_nics(c, from_host); ++k) {
-        if (pick == RailPick::cyclic && !best.empty()) break;
-        const int rail = (j + k) % used_nics(c, from_host);
-        // The piece leaves by a holder on the rail's NIC, else handed over to a stage there;
-        // handing, also by a stage where a holder is there, whose port may serve its host
-        // meanwhile.
-        std::vector<std::pair<DeviceId, std::vector<Hop>>> starts;  // first sender, hand-over
-        const DeviceId holder = least_on(t.candidates, from_host, rail);
-        if (holder >= 0) starts.push_back({holder, {}});
-        if (holder < 0 || handing) {
-          std::vector<DeviceId> not_stages = barred;
-          not_stages.insert(not_stages.end(), t.candidates.begin(), t.candidates.end());
-          if (const DeviceId stage = least_on({}, from_host, rail, not_stages); stage >= 0)
-            starts.push_back({stage, {{holder_on(t, from_host), stage, -1, true}}});
-        }
-        // The receiving hosts in `segments` chains, each fed by the holding host: one ring has
-        // its hosts forward all but the last host's share, while the holding host's NICs idle.
-        const auto hosts = static_cast<int>(order.size());
-        for (const auto& [first_sender, start] : starts)
-          for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
-            std::vector<Hop> hops = start;
-            for (int g = 0; g < segments; ++g) {
-              DeviceId sender = first_sender;
-              int after = start.empty() ? -1 : 0;
-              for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
-                const int h = order[static_cast<size_t>(i)];
-                const std::vector<DeviceId>& receivers = away[h];
-                const int nic = rail % used_nics(c, h);
-                DeviceId entry = least_on(receivers, h, nic);
-                if (entry < 0) entry = least_on({}, h, nic);
-                hops.push_back({sender, entry, after, false});
-                after = static_cast<int>(hops.size()) - 1;
-                for (DeviceId r : receivers)
-                  if (r != entry) hops.push_back({entry, r, after, false});
-                sender = entry;
+      // Least busy, the piece may also leave another holding host than j's (cyclic), where that
+      // leaves the busiest port or NIC less busy by more than the piece's time on a NIC: a host
+      // that serves its own receivers sends less away (without the margin, pieces went back and
+      // forth between equal hosts and played worse).
+      for (size_t f = 0; f < holding.size(); ++f) {
+        if (pick == RailPick::cyclic && f > 0) break;
+        const int from_host = holding[(static_cast<size_t>(j) + f) % holding.size()];
+        const double margin = f == 0 ? 0
+                                     : static_cast<double>(slice_bytes(batch, job, slice)) /
+                                           c.single_nic_bandwidth_of(from_host);
+        std::sort(order.begin(), order.end());
+        std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
+        if (relays == RailRelays::least_sent_first)
+          std::stable_sort(order.begin(), order.end(),
+                           [&](int a, int b) { return sent_before[a] < sent_before[b]; });
+        for (int k = 0; k < used_nics(c, from_host); ++k) {
+          if (pick == RailPick::cyclic && !best.empty()) break;
+          const int rail = (j + k) % used_nics(c, from_host);
+          // The piece leaves by a holder on the rail's NIC, else handed over to a stage there;
+          // handing, also by a stage where a holder is there, whose port may serve its host
+          // meanwhile.
+          std::vector<std::pair<DeviceId, std::vector<Hop>>> starts;  // first sender, hand-over
+          const DeviceId holder = least_on(t.candidates, from_host, rail);
+          if (holder >= 0) starts.push_back({holder, {}});
+          if (holder < 0 || handing) {
+            std::vector<DeviceId> not_stages = barred;
+            not_stages.insert(not_stages.end(), t.candidates.begin(), t.candidates.end());
+            if (const DeviceId stage = least_on({}, from_host, rail, not_stages); stage >= 0)
+              starts.push_back({stage, {{holder_on(t, from_host), stage, -1, true}}});
+          }
+          // The receiving hosts in `segments` chains, each fed by the holding host: one ring has
+          // its hosts forward all but the last host's share, while the holding host's NICs idle.
+          const auto hosts = static_cast<int>(order.size());
+          for (const auto& [first_sender, start] : starts)
+            for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
+              std::vector<Hop> hops = start;
+              for (int g = 0; g < segments; ++g) {
+                DeviceId sender = first_sender;
+                int after = start.empty() ? -1 : 0;
+                for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
+                  const int h = order[static_cast<size_t>(i)];
+                  const std::vector<DeviceId>& receivers = away[h];
+                  const int nic = rail % used_nics(c, h);
+                  DeviceId entry = least_on(receivers, h, nic);
+                  if (entry < 0) entry = least_on({}, h, nic);
+                  hops.push_back({sender, entry, after, false});
+                  after = static_cast<int>(hops.size()) - 1;
+                  for (DeviceId r : receivers)
+                    if (r != entry) hops.push_back({entry, r, after, false});
+                  sender = entry;
+                }
+              }
+              const double load =
+                  load_after(hops, static_cast<double>(slice_bytes(batch, job, slice)));
+              if (best_load < 0 || load < best_load - 1e-12 - margin) {
+                best_load = load;
+                best = std::move(hops);
               }
             }
-            const double load =
-                load_after(hops, static_cast<double>(slice_bytes(batch, job, slice)));
-            if (best_load < 0 || load < best_load - 1e-12) {
-              best_load = load;
-              best = std::move(hops);
-            }
-          }
+        }
       }
       std::vector<int> added;
       for (const Hop& hop : best) {
