@@ -1028,16 +1028,24 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
           const DeviceId holder = holder_on(t, h);
           const auto bytes = static_cast<double>(slice_bytes(batch, job, slice));
           // Returning, from the receiving host's device that has it and sends least, where that
-          // leaves the ports and the receiving NIC less busy than the holder's port; but not the
-          // last piece, which would come back a piece's time after the NICs sent everything.
+          // leaves the ports and the receiving NIC less busy than the holder's port; the last
+          // piece reaches the receiving hosts when the NICs have sent everything, so it comes back
+          // a piece's time on a NIC after that at the earliest.
           int back = -1;
-          if (returning && j + 1 < n)
+          if (returning)
             for (int a : arrived[static_cast<size_t>(j)])
               if (back < 0 || port[steps[static_cast<size_t>(a)].to] <
                                   port[steps[static_cast<size_t>(back)].to])
                 back = a;
-          if (back >= 0 && load_after({{steps[static_cast<size_t>(back)].to, first, -1, false}},
-                                      bytes) < port[holder] + bytes / c.device_bandwidth_of(holder))
+          const auto back_load = [&] {
+            const DeviceId from = steps[static_cast<size_t>(back)].to;
+            const double load = load_after({{from, first, -1, false}}, bytes);
+            return j + 1 < n
+                       ? load
+                       : std::max(load, busiest_seconds +
+                                            bytes / c.single_nic_bandwidth_of(c.host_of(from)));
+          };
+          if (back >= 0 && back_load() < port[holder] + bytes / c.device_bandwidth_of(holder))
             step = add(job, slice, steps[static_cast<size_t>(back)].to, first, back);
           else
             step = add(job, slice, holder, first, -1);
