@@ -1480,7 +1480,7 @@ TEST(PlannerTest, RailsAlsoRelayThroughTheHostsThatSentLeast) {
 // holders' hosts are laid first (1.013x); with four NICs device 4 serving its three neighbours
 // one after the other took longer than the NICs, so it serves them in a chain of pieces
 // (1.411x -> 1.235x), and the least busy rails send more of the first half from host 2, whose
-// devices serve nobody beside them (1.050x; detail::rail_steps).
+// devices serve nobody beside them (1.045x; detail::rail_steps).
 TEST(PlannerTest, RailsSeeThePortsOfSlicesThatStayOnTheirHosts) {
   for (const auto& [nics, within] : {std::pair{2, 1.02}, std::pair{4, 1.06}}) {
     Resharding p = problem_of({268435456}, Mesh({2}, {4, 9}), "R",

@@ -920,15 +920,16 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       std::vector<Hop> best;
       double best_load = -1;
       // Least busy, the piece may also leave another holding host than j's (cyclic), where that
-      // leaves the busiest port or NIC less busy by more than the piece's time on a NIC: a host
-      // that serves its own receivers sends less away (without the margin, pieces went back and
-      // forth between equal hosts and played worse).
+      // leaves the busiest port or NIC less busy by more than twice the piece's time on a NIC: a
+      // host that serves its own receivers sends less away (without the margin, pieces went back
+      // and forth between equal hosts and played worse; with one piece's time, 14 cases of four
+      // seed sets played worse and 5 better than with two).
       for (size_t f = 0; f < holding.size(); ++f) {
         if (pick == RailPick::cyclic && f > 0) break;
         const int from_host = holding[(static_cast<size_t>(j) + f) % holding.size()];
         const double margin = f == 0 ? 0
                                      : static_cast<double>(slice_bytes(batch, job, slice)) /
-                                           c.single_nic_bandwidth_of(from_host);
+                                           c.single_nic_bandwidth_of(from_host) * 2;
         std::sort(order.begin(), order.end());
         std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
         if (relays == RailRelays::least_sent_first)

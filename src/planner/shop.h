@@ -97,27 +97,28 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // relays it and forwards it to the host's other receivers; receivers on holding hosts get it from
 // a holder beside them (one that is a stage too, the pieces it was not handed over). The NIC is j's
 // (cyclic) for `RailPick::cyclic`, else the one whose busiest device port or receiving NIC ends
-// least busy, on host j's or on another holding host where that ends less busy by more than the
-// piece's time on a NIC. Else nullopt. With `RailSpread::spread`, a job's transfers of one slice
-// are one (a broadcast's receivers beside other holders too, so that they may stage its pieces),
-// each piece goes from its holding host by 1 to all receiving hosts' chains (the receiving hosts in
-// order, cut into that many runs), as leaves its busiest port or receiving NIC least busy, and each
-// holding host's receivers take each piece from one of them, which has it as a stage or else from a
-// holder. With `RailSpread::handing`, spread too, and the holders' ports charged with that serving
-// while the pieces choose their senders, a piece may also leave by a stage on a NIC that has a
-// holder: a holder that sends over its own NIC at the NIC's rate has its port busy while its host
-// waits. With `RailSpread::returning`, spread too, and each holding host's receivers take a piece
-// that no stage there has from a holder or from the receiving hosts' device that has it and sends
-// least, whichever leaves the ports and the receiving NIC less busy (it comes back over NICs that
-// often carry nothing else), and a device that alone holds slices that leave its host is charged
-// with them at its NIC's rate until they are laid, so that it is not handed another holder's rail
-// first. The last piece is not taken back: it would come a piece's time after the NICs sent
-// everything. Slices that stay on their holders' hosts are laid first, so that the rails see the
-// ports they keep busy: each receiver beside a holder takes one from the holder, or where that
-// would keep the holder's port busier than the busiest host's NICs, in a chain of pieces through
-// the receivers. The receiving hosts of a slice go in host order after its holding host, or with
-// `RailRelays::least_sent_first` those whose NICs have sent least so far first (all but a chain's
-// last host relay it: in host order one host relayed two slices while another relayed none).
+// least busy, on host j's or on another holding host where that ends less busy by more than twice
+// the piece's time on a NIC. Else nullopt. With `RailSpread::spread`, a job's transfers of one
+// slice are one (a broadcast's receivers beside other holders too, so that they may stage its
+// pieces), each piece goes from its holding host by 1 to all receiving hosts' chains (the receiving
+// hosts in order, cut into that many runs), as leaves its busiest port or receiving NIC least busy,
+// and each holding host's receivers take each piece from one of them, which has it as a stage or
+// else from a holder. With `RailSpread::handing`, spread too, and the holders' ports charged with
+// that serving while the pieces choose their senders, a piece may also leave by a stage on a NIC
+// that has a holder: a holder that sends over its own NIC at the NIC's rate has its port busy while
+// its host waits. With `RailSpread::returning`, spread too, and each holding host's receivers take
+// a piece that no stage there has from a holder or from the receiving hosts' device that has it and
+// sends least, whichever leaves the ports and the receiving NIC less busy (it comes back over NICs
+// that often carry nothing else), and a device that alone holds slices that leave its host is
+// charged with them at its NIC's rate until they are laid, so that it is not handed another
+// holder's rail first. The last piece is taken back no earlier than a piece's time on a NIC after
+// the busiest host's NICs have sent everything. Slices that stay on their holders' hosts are laid
+// first, so that the rails see the ports they keep busy: each receiver beside a holder takes one
+// from the holder, or where that would keep the holder's port busier than the busiest host's NICs,
+// in a chain of pieces through the receivers. The receiving hosts of a slice go in host order after
+// its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far
+// first (all but a chain's last host relay it: in host order one host relayed two slices while
+// another relayed none).
 enum class RailPick { cyclic, least_busy };
 enum class RailSpread { none, spread, handing, returning };
 enum class RailRelays { by_host, least_sent_first };
