@@ -574,6 +574,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             fastest_rails = {time, {pick, how}};
         }
       if (!fastest_rails) return;
+      // The fastest of the rails played so far that `keep` keeps, or -1.
+      const auto fastest_played_if = [&](const auto& keep) {
+        std::ptrdiff_t fastest = -1;
+        for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
+          if (keep(played[i]) && (fastest < 0 || played[i].time < played[fastest].time))
+            fastest = i;
+        return fastest;
+      };
+      // The fastest laid another way than `how` (spread or not), where it played within
+      // kOtherRailsWithin of `time`; else -1.
+      const auto near_other_way = [&](detail::RailSpread how, double time) {
+        const std::ptrdiff_t other =
+            fastest_played_if([&](const Played& p) { return p.lay.how != how; });
+        return other >= 0 && played[other].time <= kOtherRailsWithin * time ? other : -1;
+      };
       // The fastest rails once more with the hosts that have sent least relaying first: in host
       // order one receiving host relayed two slices while another relayed none (neither order wins
       // everywhere: played instead, 12 cases better and 15 worse with four NICs).
@@ -584,14 +599,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         fastest_lays.push_back(relayed);
       // And the fastest laid another way (spread or not), where it played within kOtherRailsWithin
       // of the fastest: finer pieces gain more on some ways than on others.
-      std::ptrdiff_t other_way = -1;
-      for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
-        if (played[i].lay.how != fastest_rails->second.how &&
-            (other_way < 0 || played[i].time < played[other_way].time))
-          other_way = i;
       std::vector<RailLay> finer_lays = fastest_lays;
-      if (other_way >= 0 && played[other_way].time <= kOtherRailsWithin * fastest_rails->first)
-        finer_lays.push_back(played[other_way].lay);
+      if (const std::ptrdiff_t other =
+              near_other_way(fastest_rails->second.how, fastest_rails->first);
+          other >= 0)
+        finer_lays.push_back(played[other].lay);
       // The fastest rails (in both orders where the second was faster: in the faster order alone,
       // 2 cases worse) once more in pieces half and a quarter as large: a host forwards a piece
       // once it has taken it in, so the last piece reaches the end of a chain a piece's time per
@@ -614,12 +626,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // they took them from rails that gained more from them: 3 cases worse with two NICs).
       // The fastest of those laid in `relays` order, or of all:
       const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt) {
-        std::ptrdiff_t fastest = -1;
-        for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
-          if ((!relays || played[i].lay.relays == *relays) &&
-              (fastest < 0 || played[i].time < played[fastest].time))
-            fastest = i;
-        return fastest;
+        return fastest_played_if(
+            [&](const Played& p) { return !relays || p.lay.relays == *relays; });
       };
       const auto play_again = [&](std::ptrdiff_t i) {
         for (int stock : kMoreRailStocks) try_plays(played[i].steps, of, {.stock = stock});
@@ -628,14 +636,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       if (near()) return;
       const std::ptrdiff_t fastest = fastest_played();
       play_again(fastest);
-      std::ptrdiff_t other_spread = -1;  // the fastest laid another way than the fastest
-      for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
-        if (played[i].lay.how != played[fastest].lay.how &&
-            (other_spread < 0 || played[i].time < played[other_spread].time))
-          other_spread = i;
-      if (other_spread >= 0 &&
-          played[other_spread].time <= kOtherRailsWithin * played[fastest].time && !near())
-        play_again(other_spread);
+      if (const std::ptrdiff_t other =
+              near_other_way(played[fastest].lay.how, played[fastest].time);
+          other >= 0 && !near())
+        play_again(other);
       if (fastest_lays.size() > 1)
         if (const std::ptrdiff_t by_host = fastest_played(detail::RailRelays::by_host);
             by_host != fastest && !near())

@@ -914,6 +914,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     for (int j = 0; j < n; ++j) {
       const Box slice = allgather_part(t.slice, n, j);
       if (slice.empty()) continue;
+      const auto piece_bytes = static_cast<double>(slice_bytes(batch, job, slice));
       // A holder's port also hands its pieces over, and a receiver's port forwards to the
       // receivers beside it, so equal rails can leave the other ports waiting for theirs; but
       // choosing piece by piece can also crowd a rail that pays off only later.
@@ -927,9 +928,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       for (size_t f = 0; f < holding.size(); ++f) {
         if (pick == RailPick::cyclic && f > 0) break;
         const int from_host = holding[(static_cast<size_t>(j) + f) % holding.size()];
-        const double margin = f == 0 ? 0
-                                     : static_cast<double>(slice_bytes(batch, job, slice)) /
-                                           c.single_nic_bandwidth_of(from_host) * 2;
+        const double margin = f == 0 ? 0 : piece_bytes / c.single_nic_bandwidth_of(from_host) * 2;
         std::sort(order.begin(), order.end());
         std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
         if (relays == RailRelays::least_sent_first)
@@ -972,8 +971,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                   sender = entry;
                 }
               }
-              const double load =
-                  load_after(hops, static_cast<double>(slice_bytes(batch, job, slice)));
+              const double load = load_after(hops, piece_bytes);
               if (best_load < 0 || load < best_load - 1e-12 - margin) {
                 best_load = load;
                 best = std::move(hops);
