@@ -695,24 +695,19 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
   return steps;
 }
 
-std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
-                                                int rounds, int64_t min_piece_bytes, RailPick pick,
-                                                RailSpread how, RailRelays relays) {
-  const bool spread = how != RailSpread::none;
-  const bool handing = how == RailSpread::handing;
-  const bool returning = how == RailSpread::returning;
-  const Cluster& c = batch.cluster;
-  // A job's transfers of one slice (a broadcast's receivers on other hosts, and those on each
-  // holding host) as one: its receivers beside the holders may then stage pieces and pass them on.
-  // Only where some transfer has several receivers: merged, one receiver's slices (send_recv's)
-  // would be relayed.
+namespace {
+
+// The transfers rails lay, each with its job: spread, a job's transfers of one slice as one (a
+// broadcast's receivers on other hosts, and those on each holding host), whose receivers beside
+// the holders may then stage pieces and pass them on. Nullopt where a job has ops after its
+// transfers other than copies.
+std::optional<std::vector<std::pair<const Job*, Transfer>>> rail_work(const std::vector<Job>& jobs,
+                                                                      bool spread) {
   std::vector<std::pair<const Job*, Transfer>> work;
-  bool several = false;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
     const auto first = static_cast<std::ptrdiff_t>(work.size());
     for (const Transfer& t : job.transfers) {
-      several = several || t.receivers.size() > 1;
       const auto same = std::find_if(work.begin() + first, work.end(),
                                      [&](const auto& w) { return w.second.slice == t.slice; });
       if (!spread || same == work.end()) {
@@ -728,6 +723,19 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
           merged.candidates.push_back(d);
     }
   }
+  return work;
+}
+
+// What the busiest host's NICs send away from the holders' hosts or take in from them: bytes per
+// NIC, and seconds.
+struct BusiestHost {
+  double bytes_per_nic = 0;
+  double seconds = 0;
+};
+
+// Nullopt where nothing leaves its holders' hosts.
+std::optional<BusiestHost> busiest_host(const Cluster& c,
+                                        const std::vector<std::pair<const Job*, Transfer>>& work) {
   std::map<int, double> host_in, host_out;  // bytes into hosts that do not hold them, and out
   for (const auto& [job, t] : work) {
     const auto holding = hosts_of(t.candidates, c);
@@ -741,321 +749,424 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
       for (int h : holding)
         host_out[h] += static_cast<double>(t.bytes) / static_cast<double>(holding.size());
   }
-  if (!several || host_in.empty()) return std::nullopt;
-  double busiest = 0, busiest_seconds = 0;  // bytes per NIC of the busiest host, and its seconds
+  if (host_in.empty()) return std::nullopt;
+  BusiestHost busiest;
   for (const auto& side : {host_in, host_out})
     for (const auto& [h, bytes] : side) {
-      busiest = std::max(busiest, bytes / used_nics(c, h));
-      busiest_seconds = std::max(busiest_seconds, bytes / c.nic_bandwidth_of(h));
+      busiest.bytes_per_nic = std::max(busiest.bytes_per_nic, bytes / used_nics(c, h));
+      busiest.seconds = std::max(busiest.seconds, bytes / c.nic_bandwidth_of(h));
     }
-  const double piece = std::max(static_cast<double>(min_piece_bytes), busiest / rounds);
+  return busiest;
+}
 
-  const NicIds nic_id(c);
-  // Seconds each device sends and each NIC takes in, for the choices below.
-  std::vector<double> port(c.devices(), 0);
-  std::map<int, double> nic_in;
+// A slice of `work` as the rails lay it.
+struct RailSlice {
+  const Job* job = nullptr;
+  const Transfer* t = nullptr;
+  std::vector<int> holding = {};                     // the hosts that hold it
+  std::map<int, std::vector<DeviceId>> away = {};    // receivers on hosts that do not hold it
+  std::map<int, std::vector<DeviceId>> beside = {};  // the others, by host
+  int pieces = 1;
+  Box piece(int j) const { return allgather_part(t->slice, pieces, j); }
+};
+
+// A step of a piece's chain, before it is added: `after` indexes the chain's own steps.
+struct Hop {
+  DeviceId from = -1, to = -1;
+  int after = -1;
+  bool hand_over = false;
+};
+
+// The steps rails lay, and the seconds each device's port sends and each NIC takes in, which the
+// choices of the later steps weigh.
+class RailLayer {
+ public:
+  RailLayer(const Batch& batch, double busiest_seconds)
+      : batch_(batch),
+        c_(batch.cluster),
+        nic_id_(batch.cluster),
+        busiest_seconds_(busiest_seconds),
+        port_(static_cast<size_t>(batch.cluster.devices()), 0) {}
+
+  // Returning, a device that alone holds a slice to send away is charged with it at its NIC's rate
+  // until it is laid: a piece handed to it early would keep its own slice waiting.
+  double charge_own(const Transfer& t) {
+    if (t.candidates.size() != 1 || t.within_holding_hosts(c_)) return 0;
+    const DeviceId d = t.candidates[0];
+    const double own = static_cast<double>(t.bytes) / c_.single_nic_bandwidth_of(c_.host_of(d));
+    port_[d] += own;
+    return own;
+  }
+  void release_own(const Transfer& t, double own) {
+    if (own > 0) port_[t.candidates[0]] -= own;
+  }
+
+  // A slice that stays on its holders' hosts goes to each receiver beside a holder from it, or
+  // where that would keep the holder's port busier than the busiest host's NICs, in a chain of
+  // pieces through them, so that each port carries it once.
+  void lay_home(const RailSlice& s) {
+    for (const auto& [h, receivers] : s.beside) {
+      const DeviceId holder = holder_on(*s.t, h);
+      const double fan_out = static_cast<double>(receivers.size()) *
+                             static_cast<double>(s.t->bytes) / c_.device_bandwidth_of(holder);
+      if (fan_out <= busiest_seconds_) {
+        for (DeviceId r : receivers) add(*s.job, s.t->slice, holder, r, -1);
+        continue;
+      }
+      for (int j = 0; j < s.pieces; ++j) {
+        const Box slice = s.piece(j);
+        if (slice.empty()) continue;
+        DeviceId from = holder;
+        int after = -1;
+        for (DeviceId r : receivers) {
+          after = add(*s.job, slice, from, r, after);
+          from = r;
+        }
+      }
+    }
+  }
+
+  // Lays slice `s`, which leaves its holders' hosts, piece by piece on the rails (the choices of
+  // `rail_steps`); `barred` may not stage it.
+  void lay_leaving(const RailSlice& s, const std::vector<DeviceId>& barred, RailPick pick,
+                   RailSpread how, RailRelays relays) {
+    const Job& job = *s.job;
+    const Transfer& t = *s.t;
+    const bool spread = how != RailSpread::none;
+    // Unless spread, each receiver beside the holders takes the whole slice from one of them (a
+    // receiver that stages pieces, below, the other pieces only).
+    std::map<DeviceId, int> whole;  // the step that brings it the slice
+    if (!spread)
+      for (const auto& [h, receivers] : s.beside)
+        for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
+    // A chain's hosts but the last relay it: those that have sent least so far come first.
+    std::map<int, double> sent_before;
+    for (const auto& [h, receivers] : s.away) sent_before[h] = sent_away_[h];
+    // Handing, a holder's port hands each piece to its host's receivers once (below): counted
+    // while the pieces choose their senders, so that a holder serving its host hands rails over.
+    std::map<DeviceId, double> serving;
+    if (how == RailSpread::handing)
+      for (const auto& [h, receivers] : s.beside) {
+        const DeviceId holder = holder_on(t, h);
+        serving[holder] += static_cast<double>(t.bytes) / c_.device_bandwidth_of(holder);
+        port_[holder] += static_cast<double>(t.bytes) / c_.device_bandwidth_of(holder);
+      }
+    // Per piece, per holding host: the step that handed it to a receiver there, as a stage.
+    std::map<std::pair<int, int>, int> staged;
+    // Per piece: the steps that brought it to devices of the receiving hosts.
+    std::vector<std::vector<int>> arrived(static_cast<size_t>(s.pieces));
+    for (int j = 0; j < s.pieces; ++j) {
+      const Box slice = s.piece(j);
+      if (slice.empty()) continue;
+      std::vector<int> added;
+      for (const Hop& hop : best_chain(s, barred, sent_before, j, slice, pick, how, relays)) {
+        added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
+                            hop.hand_over));
+        if (s.away.contains(c_.host_of(hop.to)))
+          arrived[static_cast<size_t>(j)].push_back(added.back());
+        if (const auto here = s.beside.find(c_.host_of(hop.to));
+            hop.hand_over && here != s.beside.end() &&
+            std::find(here->second.begin(), here->second.end(), hop.to) != here->second.end())
+          staged[{j, c_.host_of(hop.to)}] = added.back();
+      }
+    }
+    if (!spread) {
+      take_staged_pieces_from_whole(s, whole, staged);
+      return;
+    }
+    for (const auto& [holder, seconds] : serving) port_[holder] -= seconds;
+    serve_beside(s, staged, arrived, how == RailSpread::returning);
+  }
+
+  std::vector<PlayStep> steps() && { return std::move(steps_); }
+
+ private:
   // Of `candidates` (or else of the devices of `host` but those `barred`) on NIC `nic`, the one
   // with the least to send; -1 where none.
-  const auto least_on = [&](const std::vector<DeviceId>& candidates, int host, int nic,
-                            const std::vector<DeviceId>& barred = {}) {
+  DeviceId least_on(const std::vector<DeviceId>& candidates, int host, int nic,
+                    const std::vector<DeviceId>& barred = {}) const {
     DeviceId best = -1;
     const auto consider = [&](DeviceId d) {
-      if (c.host_of(d) == host && c.nic_of(d) == nic && (best < 0 || port[d] < port[best]) &&
+      if (c_.host_of(d) == host && c_.nic_of(d) == nic && (best < 0 || port_[d] < port_[best]) &&
           std::find(barred.begin(), barred.end(), d) == barred.end())
         best = d;
     };
     for (DeviceId d : candidates) consider(d);
     if (best < 0 && candidates.empty())
-      for (int l = 0; l < c.devices_per_host; ++l) consider(c.device_id(host, l));
+      for (int l = 0; l < c_.devices_per_host; ++l) consider(c_.device_id(host, l));
     return best;
-  };
+  }
+
   // The seconds a step of `bytes` from `from` to `to` takes of the sender's port, and of the
   // receiving NIC (0 inside a host).
-  const auto port_seconds = [&](DeviceId from, DeviceId to, double bytes) {
-    return bytes / (c.host_of(from) != c.host_of(to) ? c.single_nic_bandwidth_of(c.host_of(from))
-                                                     : c.device_bandwidth_of(from));
-  };
-  const auto in_seconds = [&](DeviceId from, DeviceId to, double bytes) {
-    return c.host_of(from) != c.host_of(to) ? bytes / c.single_nic_bandwidth_of(c.host_of(to))
-                                            : 0.0;
-  };
-  std::vector<PlayStep> steps;
-  std::map<int, double> sent_away;  // seconds of each host's NICs sending so far
-  const auto add = [&](const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
-                       bool hand_over = false) {
-    const int64_t bytes = slice_bytes(batch, job, slice);
-    port[from] += port_seconds(from, to, static_cast<double>(bytes));
-    if (const int h = c.host_of(from); h != c.host_of(to))
-      sent_away[h] += static_cast<double>(bytes) / c.nic_bandwidth_of(h);
+  double port_seconds(DeviceId from, DeviceId to, double bytes) const {
+    return bytes / (c_.host_of(from) != c_.host_of(to)
+                        ? c_.single_nic_bandwidth_of(c_.host_of(from))
+                        : c_.device_bandwidth_of(from));
+  }
+  double in_seconds(DeviceId from, DeviceId to, double bytes) const {
+    return c_.host_of(from) != c_.host_of(to) ? bytes / c_.single_nic_bandwidth_of(c_.host_of(to))
+                                              : 0.0;
+  }
+
+  int add(const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
+          bool hand_over = false) {
+    const int64_t bytes = slice_bytes(batch_, job, slice);
+    port_[from] += port_seconds(from, to, static_cast<double>(bytes));
+    if (const int h = c_.host_of(from); h != c_.host_of(to))
+      sent_away_[h] += static_cast<double>(bytes) / c_.nic_bandwidth_of(h);
     if (const double in = in_seconds(from, to, static_cast<double>(bytes)); in > 0)
-      nic_in[nic_id(to)] += in;
-    steps.push_back({.job = &job,
-                     .slice = slice,
-                     .bytes = bytes,
-                     .from = from,
-                     .to = to,
-                     .after = after,
-                     .hand_over = hand_over});
-    return static_cast<int>(steps.size()) - 1;
-  };
-  // A step of a piece's chain, before it is added: `after` indexes the chain's own steps.
-  struct Hop {
-    DeviceId from = -1, to = -1;
-    int after = -1;
-    bool hand_over = false;
-  };
+      nic_in_[nic_id_(to)] += in;
+    steps_.push_back({.job = &job,
+                      .slice = slice,
+                      .bytes = bytes,
+                      .from = from,
+                      .to = to,
+                      .after = after,
+                      .hand_over = hand_over});
+    return static_cast<int>(steps_.size()) - 1;
+  }
+
   // The busiest of the ports and receiving NICs a chain uses once it is added, in seconds.
-  const auto load_after = [&](const std::vector<Hop>& hops, double bytes) {
+  double load_after(const std::vector<Hop>& hops, double bytes) const {
     std::map<int, double> added;  // devices as id, receiving NICs as -1 - id
     for (const Hop& hop : hops) {
       added[hop.from] += port_seconds(hop.from, hop.to, bytes);
       if (const double in = in_seconds(hop.from, hop.to, bytes); in > 0)
-        added[-1 - nic_id(hop.to)] += in;
+        added[-1 - nic_id_(hop.to)] += in;
     }
     double most = 0;
-    for (const auto& [key, seconds] : added)
-      most = std::max(most, seconds + (key >= 0 ? port[key] : nic_in[-1 - key]));
+    for (const auto& [key, seconds] : added) {
+      const auto taken = nic_in_.find(-1 - key);
+      most = std::max(
+          most, seconds + (key >= 0 ? port_[key] : (taken == nic_in_.end() ? 0 : taken->second)));
+    }
     return most;
-  };
+  }
+
   // The holder of `t` on host `h` with the least to send.
-  const auto holder_on = [&](const Transfer& t, int h) {
+  DeviceId holder_on(const Transfer& t, int h) const {
     DeviceId from = -1;
     for (DeviceId d : t.candidates)
-      if (c.host_of(d) == h && (from < 0 || port[d] < port[from])) from = d;
+      if (c_.host_of(d) == h && (from < 0 || port_[d] < port_[from])) from = d;
     return from;
-  };
-  // Returning, a device that alone holds slices to send away is charged with them at its NIC's
-  // rate until they are laid: a piece handed to it early would keep its own slices waiting.
-  std::vector<double> own(work.size(), 0);
-  if (returning)
-    for (size_t w = 0; w < work.size(); ++w) {
-      const Transfer& t = work[w].second;
-      if (t.candidates.size() != 1) continue;
-      const DeviceId d = t.candidates[0];
-      if (t.within_holding_hosts(c)) continue;
-      own[w] = static_cast<double>(t.bytes) / c.single_nic_bandwidth_of(c.host_of(d));
-      port[d] += own[w];
-    }
-  // Slices that stay on their holders' hosts first, so that the rails see the ports they use.
-  std::vector<size_t> sequence(work.size());
-  std::iota(sequence.begin(), sequence.end(), size_t{0});
-  std::stable_partition(sequence.begin(), sequence.end(),
-                        [&](size_t w) { return work[w].second.within_holding_hosts(c); });
-  for (size_t w : sequence) {
-    const auto& [job_of, t] = work[w];
-    const Job& job = *job_of;
-    if (own[w] > 0) port[t.candidates[0]] -= own[w];
-    const auto holding = hosts_of(t.candidates, c);
-    std::map<int, std::vector<DeviceId>> away;    // receivers on hosts that do not hold it
-    std::map<int, std::vector<DeviceId>> beside;  // the others, by host
-    for (DeviceId r : t.receivers) {
-      const int h = c.host_of(r);
-      const bool held = std::find(holding.begin(), holding.end(), h) != holding.end();
-      (held ? beside : away)[h].push_back(r);
-    }
-    // Unless spread, each receiver beside the holders takes the whole slice from one of them (a
-    // receiver that stages pieces, below, the other pieces only).
-    std::map<DeviceId, int> whole;  // the step that brings it the slice
-    const auto n =
-        static_cast<int>(std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)));
-    // A slice that stays on its holders' hosts goes to each receiver beside a holder from it, or
-    // where that would keep the holder's port busier than the busiest host's NICs, in a chain of
-    // pieces through them, so that each port carries it once.
-    if (away.empty()) {
-      for (const auto& [h, receivers] : beside) {
-        const DeviceId holder = holder_on(t, h);
-        const double fan_out = static_cast<double>(receivers.size()) *
-                               static_cast<double>(t.bytes) / c.device_bandwidth_of(holder);
-        if (fan_out <= busiest_seconds) {
-          for (DeviceId r : receivers) add(job, t.slice, holder, r, -1);
-          continue;
-        }
-        for (int j = 0; j < n; ++j) {
-          const Box slice = allgather_part(t.slice, n, j);
-          if (slice.empty()) continue;
-          DeviceId from = holder;
-          int after = -1;
-          for (DeviceId r : receivers) {
-            after = add(job, slice, from, r, after);
-            from = r;
-          }
-        }
-      }
-      continue;
-    }
-    if (!spread)
-      for (const auto& [h, receivers] : beside)
-        for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
-    // A receiver of the job's other transfers may not stage this one (spread, those of the same
-    // slice are this one).
-    std::vector<DeviceId> barred;  // (a job's entries in `work` are consecutive)
-    for (size_t u = w; u-- > 0 && work[u].first == job_of;)
-      barred.insert(barred.end(), work[u].second.receivers.begin(), work[u].second.receivers.end());
-    for (size_t u = w + 1; u < work.size() && work[u].first == job_of; ++u)
-      barred.insert(barred.end(), work[u].second.receivers.begin(), work[u].second.receivers.end());
-    // Per piece, per holding host: the step that handed it to a receiver there, as a stage.
-    std::map<std::pair<int, int>, int> staged;
-    // Per piece: the steps that brought it to devices of the receiving hosts.
-    std::vector<std::vector<int>> arrived(static_cast<size_t>(n));
+  }
+
+  // The chain piece `j` of `s` goes by. A holder's port also hands its pieces over, and a
+  // receiver's port forwards to the receivers beside it, so equal rails can leave the other ports
+  // waiting for theirs; but choosing piece by piece can also crowd a rail that pays off only later.
+  std::vector<Hop> best_chain(const RailSlice& s, const std::vector<DeviceId>& barred,
+                              const std::map<int, double>& sent_before, int j, const Box& slice,
+                              RailPick pick, RailSpread how, RailRelays relays) const {
+    const Transfer& t = *s.t;
+    const bool spread = how != RailSpread::none;
+    const bool handing = how == RailSpread::handing;
+    const auto piece_bytes = static_cast<double>(slice_bytes(batch_, *s.job, slice));
     std::vector<int> order;  // the hosts after the holding host, cyclic
-    for (const auto& [h, receivers] : away) order.push_back(h);
-    // A chain's hosts but the last relay it: those that have sent least so far come first.
-    std::map<int, double> sent_before;
-    for (int h : order) sent_before[h] = sent_away[h];
-    // Handing, a holder's port hands each piece to its host's receivers once (below): counted
-    // while the pieces choose their senders, so that a holder serving its host hands rails over.
-    std::map<DeviceId, double> serving;
-    if (handing)
-      for (const auto& [h, receivers] : beside) {
-        const DeviceId holder = holder_on(t, h);
-        serving[holder] += static_cast<double>(t.bytes) / c.device_bandwidth_of(holder);
-        port[holder] += static_cast<double>(t.bytes) / c.device_bandwidth_of(holder);
-      }
-    for (int j = 0; j < n; ++j) {
-      const Box slice = allgather_part(t.slice, n, j);
-      if (slice.empty()) continue;
-      const auto piece_bytes = static_cast<double>(slice_bytes(batch, job, slice));
-      // A holder's port also hands its pieces over, and a receiver's port forwards to the
-      // receivers beside it, so equal rails can leave the other ports waiting for theirs; but
-      // choosing piece by piece can also crowd a rail that pays off only later.
-      std::vector<Hop> best;
-      double best_load = -1;
-      // Least busy, the piece may also leave another holding host than j's (cyclic), where that
-      // leaves the busiest port or NIC less busy by more than twice the piece's time on a NIC: a
-      // host that serves its own receivers sends less away (without the margin, pieces went back
-      // and forth between equal hosts and played worse; with one piece's time, 14 cases of four
-      // seed sets played worse and 5 better than with two).
-      for (size_t f = 0; f < holding.size(); ++f) {
-        if (pick == RailPick::cyclic && f > 0) break;
-        const int from_host = holding[(static_cast<size_t>(j) + f) % holding.size()];
-        const double margin = f == 0 ? 0 : piece_bytes / c.single_nic_bandwidth_of(from_host) * 2;
-        std::sort(order.begin(), order.end());
-        std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
-        if (relays == RailRelays::least_sent_first)
-          std::stable_sort(order.begin(), order.end(),
-                           [&](int a, int b) { return sent_before[a] < sent_before[b]; });
-        for (int k = 0; k < used_nics(c, from_host); ++k) {
-          if (pick == RailPick::cyclic && !best.empty()) break;
-          const int rail = (j + k) % used_nics(c, from_host);
-          // The piece leaves by a holder on the rail's NIC, else handed over to a stage there;
-          // handing, also by a stage where a holder is there, whose port may serve its host
-          // meanwhile.
-          std::vector<std::pair<DeviceId, std::vector<Hop>>> starts;  // first sender, hand-over
-          const DeviceId holder = least_on(t.candidates, from_host, rail);
-          if (holder >= 0) starts.push_back({holder, {}});
-          if (holder < 0 || handing) {
-            std::vector<DeviceId> not_stages = barred;
-            not_stages.insert(not_stages.end(), t.candidates.begin(), t.candidates.end());
-            if (const DeviceId stage = least_on({}, from_host, rail, not_stages); stage >= 0)
-              starts.push_back({stage, {{holder_on(t, from_host), stage, -1, true}}});
-          }
-          // The receiving hosts in `segments` chains, each fed by the holding host: one ring has
-          // its hosts forward all but the last host's share, while the holding host's NICs idle.
-          const auto hosts = static_cast<int>(order.size());
-          for (const auto& [first_sender, start] : starts)
-            for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
-              std::vector<Hop> hops = start;
-              for (int g = 0; g < segments; ++g) {
-                DeviceId sender = first_sender;
-                int after = start.empty() ? -1 : 0;
-                for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
-                  const int h = order[static_cast<size_t>(i)];
-                  const std::vector<DeviceId>& receivers = away[h];
-                  const int nic = rail % used_nics(c, h);
-                  DeviceId entry = least_on(receivers, h, nic);
-                  if (entry < 0) entry = least_on({}, h, nic);
-                  hops.push_back({sender, entry, after, false});
-                  after = static_cast<int>(hops.size()) - 1;
-                  for (DeviceId r : receivers)
-                    if (r != entry) hops.push_back({entry, r, after, false});
-                  sender = entry;
-                }
-              }
-              const double load = load_after(hops, piece_bytes);
-              if (best_load < 0 || load < best_load - 1e-12 - margin) {
-                best_load = load;
-                best = std::move(hops);
+    for (const auto& [h, receivers] : s.away) order.push_back(h);
+    std::vector<Hop> best;
+    double best_load = -1;
+    // Least busy, the piece may also leave another holding host than j's (cyclic), where that
+    // leaves the busiest port or NIC less busy by more than twice the piece's time on a NIC: a
+    // host that serves its own receivers sends less away (without the margin, pieces went back
+    // and forth between equal hosts and played worse; with one piece's time, 14 cases of four
+    // seed sets played worse and 5 better than with two).
+    for (size_t f = 0; f < s.holding.size(); ++f) {
+      if (pick == RailPick::cyclic && f > 0) break;
+      const int from_host = s.holding[(static_cast<size_t>(j) + f) % s.holding.size()];
+      const double margin = f == 0 ? 0 : piece_bytes / c_.single_nic_bandwidth_of(from_host) * 2;
+      std::sort(order.begin(), order.end());
+      std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
+      if (relays == RailRelays::least_sent_first)
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return sent_before.at(a) < sent_before.at(b); });
+      for (int k = 0; k < used_nics(c_, from_host); ++k) {
+        if (pick == RailPick::cyclic && !best.empty()) break;
+        const int rail = (j + k) % used_nics(c_, from_host);
+        // The piece leaves by a holder on the rail's NIC, else handed over to a stage there;
+        // handing, also by a stage where a holder is there, whose port may serve its host
+        // meanwhile.
+        std::vector<std::pair<DeviceId, std::vector<Hop>>> starts;  // first sender, hand-over
+        const DeviceId holder = least_on(t.candidates, from_host, rail);
+        if (holder >= 0) starts.push_back({holder, {}});
+        if (holder < 0 || handing) {
+          std::vector<DeviceId> not_stages = barred;
+          not_stages.insert(not_stages.end(), t.candidates.begin(), t.candidates.end());
+          if (const DeviceId stage = least_on({}, from_host, rail, not_stages); stage >= 0)
+            starts.push_back({stage, {{holder_on(t, from_host), stage, -1, true}}});
+        }
+        // The receiving hosts in `segments` chains, each fed by the holding host: one ring has
+        // its hosts forward all but the last host's share, while the holding host's NICs idle.
+        const auto hosts = static_cast<int>(order.size());
+        for (const auto& [first_sender, start] : starts)
+          for (int segments = 1; segments <= (spread ? hosts : 1); ++segments) {
+            std::vector<Hop> hops = start;
+            for (int g = 0; g < segments; ++g) {
+              DeviceId sender = first_sender;
+              int after = start.empty() ? -1 : 0;
+              for (int i = g * hosts / segments; i < (g + 1) * hosts / segments; ++i) {
+                const int h = order[static_cast<size_t>(i)];
+                const std::vector<DeviceId>& receivers = s.away.at(h);
+                const int nic = rail % used_nics(c_, h);
+                DeviceId entry = least_on(receivers, h, nic);
+                if (entry < 0) entry = least_on({}, h, nic);
+                hops.push_back({sender, entry, after, false});
+                after = static_cast<int>(hops.size()) - 1;
+                for (DeviceId r : receivers)
+                  if (r != entry) hops.push_back({entry, r, after, false});
+                sender = entry;
               }
             }
-        }
-      }
-      std::vector<int> added;
-      for (const Hop& hop : best) {
-        added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
-                            hop.hand_over));
-        if (away.contains(c.host_of(hop.to)))
-          arrived[static_cast<size_t>(j)].push_back(added.back());
-        if (const auto here = beside.find(c.host_of(hop.to));
-            hop.hand_over && here != beside.end() &&
-            std::find(here->second.begin(), here->second.end(), hop.to) != here->second.end())
-          staged[{j, c.host_of(hop.to)}] = added.back();
+            const double load = load_after(hops, piece_bytes);
+            if (best_load < 0 || load < best_load - 1e-12 - margin) {
+              best_load = load;
+              best = std::move(hops);
+            }
+          }
       }
     }
-    if (!spread) {
-      std::map<DeviceId, std::vector<int>> pieces_of;  // the pieces each receiver staged
-      for (const auto& [key, step] : staged)
-        pieces_of[steps[static_cast<size_t>(step)].to].push_back(key.first);
-      for (const auto& [r, pieces] : pieces_of) {
-        const int index = whole[r];
-        const PlayStep step = steps[static_cast<size_t>(index)];
-        port[step.from] -= static_cast<double>(step.bytes) / c.device_bandwidth_of(step.from);
-        steps.erase(steps.begin() + index);
-        for (auto& [other, later] : whole)
-          if (later > index) --later;
-        for (PlayStep& later : std::span(steps).subspan(static_cast<size_t>(index)))
-          if (later.after > index) --later.after;
-        for (int j = 0; j < n; ++j)
-          if (std::find(pieces.begin(), pieces.end(), j) == pieces.end())
-            if (const Box slice = allgather_part(t.slice, n, j); !slice.empty())
-              add(job, slice, step.from, r, -1);
-      }
-      continue;
+    return best;
+  }
+
+  // Not spread: a receiver beside the holders that staged pieces takes the others from the holder
+  // that was to send it the whole slice, instead of the whole slice.
+  void take_staged_pieces_from_whole(const RailSlice& s, std::map<DeviceId, int>& whole,
+                                     const std::map<std::pair<int, int>, int>& staged) {
+    std::map<DeviceId, std::vector<int>> pieces_of;  // the pieces each receiver staged
+    for (const auto& [key, step] : staged)
+      pieces_of[steps_[static_cast<size_t>(step)].to].push_back(key.first);
+    for (const auto& [r, pieces] : pieces_of) {
+      const int index = whole[r];
+      const PlayStep step = steps_[static_cast<size_t>(index)];
+      port_[step.from] -= static_cast<double>(step.bytes) / c_.device_bandwidth_of(step.from);
+      steps_.erase(steps_.begin() + index);
+      for (auto& [other, later] : whole)
+        if (later > index) --later;
+      for (PlayStep& later : std::span(steps_).subspan(static_cast<size_t>(index)))
+        if (later.after > index) --later.after;
+      for (int j = 0; j < s.pieces; ++j)
+        if (std::find(pieces.begin(), pieces.end(), j) == pieces.end())
+          if (const Box slice = s.piece(j); !slice.empty()) add(*s.job, slice, step.from, r, -1);
     }
-    for (const auto& [holder, seconds] : serving) port[holder] -= seconds;
-    // Spread, the receivers beside the holders take each piece from one of them, which has it as
-    // a stage or else from a holder, so that a holder's port carries each piece once per host.
-    for (int j = 0; j < n; ++j) {
-      const Box slice = allgather_part(t.slice, n, j);
+  }
+
+  // Spread, the receivers beside the holders take each piece from one of them, which has it as a
+  // stage or else from a holder, so that a holder's port carries each piece once per host.
+  void serve_beside(const RailSlice& s, const std::map<std::pair<int, int>, int>& staged,
+                    const std::vector<std::vector<int>>& arrived, bool returning) {
+    for (int j = 0; j < s.pieces; ++j) {
+      const Box slice = s.piece(j);
       if (slice.empty()) continue;
-      for (const auto& [h, receivers] : beside) {
+      for (const auto& [h, receivers] : s.beside) {
         int step = -1;
         if (const auto it = staged.find({j, h}); it != staged.end()) step = it->second;
-        if (step < 0) {
-          DeviceId first = receivers[0];
-          for (DeviceId r : receivers)
-            if (port[r] < port[first]) first = r;
-          const DeviceId holder = holder_on(t, h);
-          const auto bytes = static_cast<double>(slice_bytes(batch, job, slice));
-          // Returning, from the receiving host's device that has it and sends least, where that
-          // leaves the ports and the receiving NIC less busy than the holder's port; the last
-          // piece reaches the receiving hosts when the NICs have sent everything, so it comes back
-          // a piece's time on a NIC after that at the earliest.
-          int back = -1;
-          if (returning)
-            for (int a : arrived[static_cast<size_t>(j)])
-              if (back < 0 || port[steps[static_cast<size_t>(a)].to] <
-                                  port[steps[static_cast<size_t>(back)].to])
-                back = a;
-          const auto back_load = [&] {
-            const DeviceId from = steps[static_cast<size_t>(back)].to;
-            const double load = load_after({{from, first, -1, false}}, bytes);
-            return j + 1 < n
-                       ? load
-                       : std::max(load, busiest_seconds +
-                                            bytes / c.single_nic_bandwidth_of(c.host_of(from)));
-          };
-          if (back >= 0 && back_load() < port[holder] + bytes / c.device_bandwidth_of(holder))
-            step = add(job, slice, steps[static_cast<size_t>(back)].to, first, back);
-          else
-            step = add(job, slice, holder, first, -1);
-        }
-        const DeviceId distributor = steps[static_cast<size_t>(step)].to;
+        if (step < 0) step = bring_piece(s, slice, j, h, receivers, arrived, returning);
+        const DeviceId distributor = steps_[static_cast<size_t>(step)].to;
         for (DeviceId r : receivers)
-          if (r != distributor) add(job, slice, distributor, r, step);
+          if (r != distributor) add(*s.job, slice, distributor, r, step);
       }
     }
   }
-  return steps;
+
+  // The step that brings piece `j` (`slice`) to the receiver of `receivers` (on holding host `h`)
+  // with the least to send: from a holder there, or returning, from the receiving hosts' device
+  // that has it and sends least, where that leaves the ports and the receiving NIC less busy than
+  // the holder's port; the last piece reaches the receiving hosts when the NICs have sent
+  // everything, so it comes back a piece's time on a NIC after that at the earliest.
+  int bring_piece(const RailSlice& s, const Box& slice, int j, int h,
+                  const std::vector<DeviceId>& receivers,
+                  const std::vector<std::vector<int>>& arrived, bool returning) {
+    DeviceId first = receivers[0];
+    for (DeviceId r : receivers)
+      if (port_[r] < port_[first]) first = r;
+    const DeviceId holder = holder_on(*s.t, h);
+    const auto bytes = static_cast<double>(slice_bytes(batch_, *s.job, slice));
+    int back = -1;
+    if (returning)
+      for (int a : arrived[static_cast<size_t>(j)])
+        if (back < 0 ||
+            port_[steps_[static_cast<size_t>(a)].to] < port_[steps_[static_cast<size_t>(back)].to])
+          back = a;
+    const auto back_load = [&] {
+      const DeviceId from = steps_[static_cast<size_t>(back)].to;
+      const double load = load_after({{from, first, -1, false}}, bytes);
+      return j + 1 < s.pieces
+                 ? load
+                 : std::max(load, busiest_seconds_ +
+                                      bytes / c_.single_nic_bandwidth_of(c_.host_of(from)));
+    };
+    if (back >= 0 && back_load() < port_[holder] + bytes / c_.device_bandwidth_of(holder))
+      return add(*s.job, slice, steps_[static_cast<size_t>(back)].to, first, back);
+    return add(*s.job, slice, holder, first, -1);
+  }
+
+  const Batch& batch_;
+  const Cluster& c_;
+  const NicIds nic_id_;
+  const double busiest_seconds_;
+  std::vector<double> port_;         // seconds each device sends
+  std::map<int, double> nic_in_;     // seconds each NIC takes in
+  std::map<int, double> sent_away_;  // seconds of each host's NICs sending so far
+  std::vector<PlayStep> steps_;
+};
+
+}  // namespace
+
+std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
+                                                int rounds, int64_t min_piece_bytes, RailPick pick,
+                                                RailSpread how, RailRelays relays) {
+  const Cluster& c = batch.cluster;
+  // Only where some transfer has several receivers: merged, one receiver's slices (send_recv's)
+  // would be relayed.
+  const bool several = std::any_of(jobs.begin(), jobs.end(), [](const Job& job) {
+    return std::any_of(job.transfers.begin(), job.transfers.end(),
+                       [](const Transfer& t) { return t.receivers.size() > 1; });
+  });
+  const auto work = rail_work(jobs, how != RailSpread::none);
+  if (!work || !several) return std::nullopt;
+  const auto busiest = busiest_host(c, *work);
+  if (!busiest) return std::nullopt;
+  const double piece =
+      std::max(static_cast<double>(min_piece_bytes), busiest->bytes_per_nic / rounds);
+
+  RailLayer layer(batch, busiest->seconds);
+  std::vector<double> own(work->size(), 0);
+  if (how == RailSpread::returning)
+    for (size_t w = 0; w < work->size(); ++w) own[w] = layer.charge_own((*work)[w].second);
+  // Slices that stay on their holders' hosts first, so that the rails see the ports they use.
+  std::vector<size_t> sequence(work->size());
+  std::iota(sequence.begin(), sequence.end(), size_t{0});
+  std::stable_partition(sequence.begin(), sequence.end(),
+                        [&](size_t w) { return (*work)[w].second.within_holding_hosts(c); });
+  for (size_t w : sequence) {
+    const auto& [job, t] = (*work)[w];
+    layer.release_own(t, own[w]);
+    RailSlice s{.job = job,
+                .t = &t,
+                .holding = hosts_of(t.candidates, c),
+                .pieces = static_cast<int>(
+                    std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)))};
+    for (DeviceId r : t.receivers) {
+      const int h = c.host_of(r);
+      const bool held = std::find(s.holding.begin(), s.holding.end(), h) != s.holding.end();
+      (held ? s.beside : s.away)[h].push_back(r);
+    }
+    if (s.away.empty()) {
+      layer.lay_home(s);
+      continue;
+    }
+    // A receiver of the job's other transfers may not stage this one (spread, those of the same
+    // slice are this one; a job's entries in `work` are consecutive).
+    std::vector<DeviceId> barred;
+    for (size_t u = w; u-- > 0 && (*work)[u].first == job;)
+      barred.insert(barred.end(), (*work)[u].second.receivers.begin(),
+                    (*work)[u].second.receivers.end());
+    for (size_t u = w + 1; u < work->size() && (*work)[u].first == job; ++u)
+      barred.insert(barred.end(), (*work)[u].second.receivers.begin(),
+                    (*work)[u].second.receivers.end());
+    layer.lay_leaving(s, barred, pick, how, relays);
+  }
+  return std::move(layer).steps();
 }
 
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
