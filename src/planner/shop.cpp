@@ -1267,7 +1267,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   };
   std::vector<Flow> active;
   std::vector<bool> busy(device.size(), false);
-  std::map<int, int> flows_in;                    // active sends into each NIC
+  std::map<int, int> flows_in, flows_out;         // active sends into and out of each NIC
   std::vector<int> flows_to(device.size(), 0);    // active steps into each device
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
@@ -1332,7 +1332,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         key = {low ? 0 : 3, low && rules.in_turn ? stocked[st.to] : 0, flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
-        const int n = flows_in[in];
+        const int n = flows_in[in] +
+                      (rules.sends == Sends::to_idle_pairs ? flows_out[nic_id(st.play->from)] : 0);
         key = rules.sends == Sends::in_phases
                   ? std::tuple{n == 0 ? 1 : 4, 0, phase_of[s], static_cast<double>(n)}
                   : std::tuple{n == 0 ? 1 : 4, 0, n, -in_left[in]};
@@ -1371,6 +1372,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       to_left[st.to] -= bytes;
       if (st.across) {
         ++flows_in[nic_id(st.play->to)];
+        ++flows_out[nic_id(st.play->from)];
         in_left[nic_id(st.play->to)] -= bytes;
         out_left[nic_id(st.play->from)] -= bytes;
       }
@@ -1395,7 +1397,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       const Step& st = steps[f.step];
       busy[st.from] = false;
       --flows_to[st.to];
-      if (st.across) --flows_in[nic_id(st.play->to)];
+      if (st.across) {
+        --flows_in[nic_id(st.play->to)];
+        --flows_out[nic_id(st.play->from)];
+      }
       for (int next : waiting[f.step]) make_ready(next);
     }
     active = std::move(still);

@@ -129,7 +129,9 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
 // fewer than `stock` sends it could start; else a send into a NIC that takes nothing now, the one
-// with the most still to take in (or with `Sends::in_phases`, the one of the earliest phase); else
+// with the most still to take in (or with `Sends::in_phases`, the one of the earliest phase; with
+// `Sends::to_idle_pairs`, also out of a NIC that no other device sends over now, as a send that
+// shares its own NIC halves the other's rate there too); else
 // a send inside its host, into the device that takes in the fewest now, then has the most still to
 // take in; else any hand-over; else a send into the NIC with the fewest flows (or of the earliest
 // phase). Devices choose in order of what their NICs still have to send (most first, or with
@@ -147,7 +149,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // cut anywhere no NIC would wait), each step in the phase of its pair where its middle byte falls.
 enum class HandOvers { in_order, to_idle_nics };
 enum class Turns { most_left_first, least_left_first };
-enum class Sends { to_idle_nics, in_phases };
+enum class Sends { to_idle_nics, in_phases, to_idle_pairs };
 struct PlayRules {
   int stock = 1;
   HandOvers hand_overs = HandOvers::in_order;
