@@ -554,12 +554,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // spread with the receivers beside the holders taking pieces back from the receiving hosts;
       // not instead, as none wins everywhere.
       // (Variants that give the steps of one played before are not played again.)
-      // A lay of rails: its pick, spread and relays.
-      struct RailLay {
-        detail::RailPick pick;
-        detail::RailSpread how;
-        detail::RailRelays relays = detail::RailRelays::by_host;
-      };
+      using RailLay = detail::RailRules;
       struct Played {
         std::vector<detail::PlayStep> steps;
         double time = 0;
@@ -569,8 +564,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       const auto try_rails = [&](int rounds, const RailLay& lay,
                                  int64_t round_buckets = kRailRoundBuckets) {
         auto steps = detail::rail_steps(batch, of, rounds,
-                                        round_buckets * default_bucket_bytes(batch.cluster),
-                                        lay.pick, lay.how, lay.relays);
+                                        round_buckets * default_bucket_bytes(batch.cluster), lay);
         if (!steps) return std::numeric_limits<double>::infinity();
         for (const Played& before : played)
           if (before.steps == *steps) return before.time;
@@ -598,11 +592,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             fastest = i;
         return fastest;
       };
-      // The fastest laid another way than `how` (spread or not), where it played within
-      // kOtherRailsWithin of `time`; else -1.
+      // The fastest laid another way than `how` (spread or not, not levelled), where it played
+      // within kOtherRailsWithin of `time`; else -1.
       const auto near_other_way = [&](detail::RailSpread how, double time) {
-        const std::ptrdiff_t other =
-            fastest_played_if([&](const Played& p) { return p.lay.how != how; });
+        const std::ptrdiff_t other = fastest_played_if([&](const Played& p) {
+          return p.lay.how != how && p.lay.level == detail::RailLevel::busiest;
+        });
         return other >= 0 && played[other].time <= kOtherRailsWithin * time ? other : -1;
       };
       // The fastest rails once more with the hosts that have sent least relaying first: in host
@@ -613,9 +608,22 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                                    detail::RailRelays::least_sent_first};
           !near() && try_rails(kShopRounds, relayed) < fastest_rails->first)
         fastest_lays.push_back(relayed);
+      // And levelled: of chains that leave the busiest port or NIC about as busy, the one that
+      // loads the less busy ones (where the busiest was one that every chain used, the first
+      // chain tried took the piece, and the others' ports and NICs ended unevenly loaded). Where
+      // that plays faster it goes on to the finer and finest pieces, and its fastest play is
+      // played again, after the others' (it took their place: a spread within 5% of the fastest
+      // no longer was, and missed the larger stocks that had brought it to 1.096x, 919 r7).
+      std::vector<RailLay> levelled_lays;
+      if (RailLay levelled = fastest_rails->second; !near()) {
+        levelled.level = detail::RailLevel::levelled;
+        if (try_rails(kShopRounds, levelled) < fastest_rails->first)
+          levelled_lays.push_back(levelled);
+      }
       // And the fastest laid another way (spread or not), where it played within kOtherRailsWithin
       // of the fastest: finer pieces gain more on some ways than on others.
       std::vector<RailLay> finer_lays = fastest_lays;
+      finer_lays.insert(finer_lays.end(), levelled_lays.begin(), levelled_lays.end());
       if (const std::ptrdiff_t other =
               near_other_way(fastest_rails->second.how, fastest_rails->first);
           other >= 0)
@@ -640,10 +648,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // fastest rails in the finest pieces (in both orders where the second was faster), played
       // again so too where they are now the fastest (laid before the larger stocks were played,
       // they took them from rails that gained more from them: 3 cases worse with two NICs).
-      // The fastest of those laid in `relays` order, or of all:
-      const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt) {
-        return fastest_played_if(
-            [&](const Played& p) { return !relays || p.lay.relays == *relays; });
+      // The fastest of those laid in `relays` order, or of all, levelled or not:
+      const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt,
+                                      detail::RailLevel level = detail::RailLevel::busiest) {
+        return fastest_played_if([&](const Played& p) {
+          return (!relays || p.lay.relays == *relays) && p.lay.level == level;
+        });
       };
       const auto play_again = [&](std::ptrdiff_t i) {
         for (int stock : kMoreRailStocks) try_plays(played[i].steps, of, {.stock = stock});
@@ -661,12 +671,16 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
             by_host != fastest && !near())
           play_again(by_host);
       if (near()) return;
+      fastest_lays.insert(fastest_lays.end(), levelled_lays.begin(), levelled_lays.end());
       for (const RailLay& lay : fastest_lays) {
         if (near()) return;
         try_rails(kFinestRailRounds, lay, kFinestRailRoundBuckets);
       }
-      if (const std::ptrdiff_t finest = fastest_played(); finest != fastest && !near())
-        play_again(finest);
+      const std::ptrdiff_t finest = fastest_played();
+      if (finest != fastest && !near()) play_again(finest);
+      if (const std::ptrdiff_t levelled = fastest_played(std::nullopt, detail::RailLevel::levelled);
+          levelled >= 0 && played[levelled].time < played[finest].time && !near())
+        play_again(levelled);
     };
     try_played(jobs);
     if (!kept_tasks.empty() && !near())

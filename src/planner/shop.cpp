@@ -828,11 +828,11 @@ class RailLayer {
 
   // Lays slice `s`, which leaves its holders' hosts, piece by piece on the rails (the choices of
   // `rail_steps`); `barred` may not stage it.
-  void lay_leaving(const RailSlice& s, const std::vector<DeviceId>& barred, RailPick pick,
-                   RailSpread how, RailRelays relays) {
+  void lay_leaving(const RailSlice& s, const std::vector<DeviceId>& barred,
+                   const RailRules& rules) {
     const Job& job = *s.job;
     const Transfer& t = *s.t;
-    const bool spread = how != RailSpread::none;
+    const bool spread = rules.how != RailSpread::none;
     // Unless spread, each receiver beside the holders takes the whole slice from one of them (a
     // receiver that stages pieces, below, the other pieces only).
     std::map<DeviceId, int> whole;  // the step that brings it the slice
@@ -845,7 +845,7 @@ class RailLayer {
     // Handing, a holder's port hands each piece to its host's receivers once (below): counted
     // while the pieces choose their senders, so that a holder serving its host hands rails over.
     std::map<DeviceId, double> serving;
-    if (how == RailSpread::handing)
+    if (rules.how == RailSpread::handing)
       for (const auto& [h, receivers] : s.beside) {
         const DeviceId holder = holder_on(t, h);
         serving[holder] += static_cast<double>(t.bytes) / c_.device_bandwidth_of(holder);
@@ -859,7 +859,7 @@ class RailLayer {
       const Box slice = s.piece(j);
       if (slice.empty()) continue;
       std::vector<int> added;
-      for (const Hop& hop : best_chain(s, barred, sent_before, j, slice, pick, how, relays)) {
+      for (const Hop& hop : best_chain(s, barred, sent_before, j, slice, rules)) {
         added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
                             hop.hand_over));
         if (s.away.contains(c_.host_of(hop.to)))
@@ -875,7 +875,7 @@ class RailLayer {
       return;
     }
     for (const auto& [holder, seconds] : serving) port_[holder] -= seconds;
-    serve_beside(s, staged, arrived, how == RailSpread::returning);
+    serve_beside(s, staged, arrived, rules.how == RailSpread::returning);
   }
 
   std::vector<PlayStep> steps() && { return std::move(steps_); }
@@ -927,21 +927,35 @@ class RailLayer {
     return static_cast<int>(steps_.size()) - 1;
   }
 
-  // The busiest of the ports and receiving NICs a chain uses once it is added, in seconds.
-  double load_after(const std::vector<Hop>& hops, double bytes) const {
+  // The seconds of the ports and receiving NICs a chain uses, before it is added and after.
+  std::vector<std::pair<double, double>> loads_of(const std::vector<Hop>& hops,
+                                                  double bytes) const {
     std::map<int, double> added;  // devices as id, receiving NICs as -1 - id
     for (const Hop& hop : hops) {
       added[hop.from] += port_seconds(hop.from, hop.to, bytes);
       if (const double in = in_seconds(hop.from, hop.to, bytes); in > 0)
         added[-1 - nic_id_(hop.to)] += in;
     }
-    double most = 0;
+    std::vector<std::pair<double, double>> loads;
     for (const auto& [key, seconds] : added) {
       const auto taken = nic_in_.find(-1 - key);
-      most = std::max(
-          most, seconds + (key >= 0 ? port_[key] : (taken == nic_in_.end() ? 0 : taken->second)));
+      const double before = key >= 0 ? port_[key] : (taken == nic_in_.end() ? 0 : taken->second);
+      loads.emplace_back(before, seconds + before);
     }
+    return loads;
+  }
+  // The busiest of the ports and receiving NICs a chain uses once it is added, in seconds.
+  double load_after(const std::vector<Hop>& hops, double bytes) const {
+    double most = 0;
+    for (const auto& [before, after] : loads_of(hops, bytes)) most = std::max(most, after);
     return most;
+  }
+  // What a chain adds to the sum of the squares of those seconds.
+  double squares_after(const std::vector<Hop>& hops, double bytes) const {
+    double sum = 0;
+    for (const auto& [before, after] : loads_of(hops, bytes))
+      sum += after * after - before * before;
+    return sum;
   }
 
   // The holder of `t` on host `h` with the least to send.
@@ -957,15 +971,16 @@ class RailLayer {
   // waiting for theirs; but choosing piece by piece can also crowd a rail that pays off only later.
   std::vector<Hop> best_chain(const RailSlice& s, const std::vector<DeviceId>& barred,
                               const std::map<int, double>& sent_before, int j, const Box& slice,
-                              RailPick pick, RailSpread how, RailRelays relays) const {
+                              const RailRules& rules) const {
     const Transfer& t = *s.t;
-    const bool spread = how != RailSpread::none;
-    const bool handing = how == RailSpread::handing;
+    const bool spread = rules.how != RailSpread::none;
+    const bool handing = rules.how == RailSpread::handing;
+    const RailPick pick = rules.pick;
     const auto piece_bytes = static_cast<double>(slice_bytes(batch_, *s.job, slice));
     std::vector<int> order;  // the hosts after the holding host, cyclic
     for (const auto& [h, receivers] : s.away) order.push_back(h);
     std::vector<Hop> best;
-    double best_load = -1;
+    double best_load = -1, best_squares = 0;
     // Least busy, the piece may also leave another holding host than j's (cyclic), where that
     // leaves the busiest port or NIC less busy by more than twice the piece's time on a NIC: a
     // host that serves its own receivers sends less away (without the margin, pieces went back
@@ -977,7 +992,7 @@ class RailLayer {
       const double margin = f == 0 ? 0 : piece_bytes / c_.single_nic_bandwidth_of(from_host) * 2;
       std::sort(order.begin(), order.end());
       std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
-      if (relays == RailRelays::least_sent_first)
+      if (rules.relays == RailRelays::least_sent_first)
         std::stable_sort(order.begin(), order.end(),
                          [&](int a, int b) { return sent_before.at(a) < sent_before.at(b); });
       for (int k = 0; k < used_nics(c_, from_host); ++k) {
@@ -1018,8 +1033,13 @@ class RailLayer {
               }
             }
             const double load = load_after(hops, piece_bytes);
-            if (best_load < 0 || load < best_load - 1e-12 - margin) {
+            const double squares =
+                rules.level == RailLevel::levelled ? squares_after(hops, piece_bytes) : 0;
+            if (best_load < 0 || load < best_load - 1e-12 - margin ||
+                (rules.level == RailLevel::levelled && margin == 0 &&
+                 load <= best_load * kLevelledWithin && squares < best_squares)) {
               best_load = load;
+              best_squares = squares;
               best = std::move(hops);
             }
           }
@@ -1113,8 +1133,8 @@ class RailLayer {
 }  // namespace
 
 std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::vector<Job>& jobs,
-                                                int rounds, int64_t min_piece_bytes, RailPick pick,
-                                                RailSpread how, RailRelays relays) {
+                                                int rounds, int64_t min_piece_bytes,
+                                                const RailRules& rules) {
   const Cluster& c = batch.cluster;
   // Only where some transfer has several receivers: merged, one receiver's slices (send_recv's)
   // would be relayed.
@@ -1122,7 +1142,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     return std::any_of(job.transfers.begin(), job.transfers.end(),
                        [](const Transfer& t) { return t.receivers.size() > 1; });
   });
-  const auto work = rail_work(jobs, how != RailSpread::none);
+  const auto work = rail_work(jobs, rules.how != RailSpread::none);
   if (!work || !several) return std::nullopt;
   const auto busiest = busiest_host(c, *work);
   if (!busiest) return std::nullopt;
@@ -1131,7 +1151,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 
   RailLayer layer(batch, busiest->seconds);
   std::vector<double> own(work->size(), 0);
-  if (how == RailSpread::returning)
+  if (rules.how == RailSpread::returning)
     for (size_t w = 0; w < work->size(); ++w) own[w] = layer.charge_own((*work)[w].second);
   // Slices that stay on their holders' hosts first, so that the rails see the ports they use.
   std::vector<size_t> sequence(work->size());
@@ -1164,7 +1184,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
     for (size_t u = w + 1; u < work->size() && (*work)[u].first == job; ++u)
       barred.insert(barred.end(), (*work)[u].second.receivers.begin(),
                     (*work)[u].second.receivers.end());
-    layer.lay_leaving(s, barred, pick, how, relays);
+    layer.lay_leaving(s, barred, rules);
   }
   return std::move(layer).steps();
 }
