@@ -1123,6 +1123,19 @@ TEST(PlannerTest, OneDeviceSendsEachNicsBytesIntoOneHost) {
   for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.05) << split;
 }
 
+// Device 7 alone of host 3 (five hosts of two, one NIC) holds a third of the tensor, a quarter of
+// which each of devices 0-3 (hosts 0 and 1) needs, while hosts 0 and 1 send each other 85 MiB. Sent
+// by device 7 one op after another, host 1's and host 0's sends started at once and each took half
+// of a receiving NIC that device 7's op needed (1.250x the bound): the shop's pairs of a NIC and a
+// receiving host are also taken by devices that send nothing, device 6 sending into host 1 while
+// device 7 sends into host 0 (random suite seed 1315 r14).
+TEST(PlannerTest, APairOfNicAndHostIsTakenByADeviceThatSendsNothing) {
+  Resharding p = problem_of({7456543, 12, 6}, Mesh({5, 1}, {1, 2, 7, 5, 6}), "RS1S0",
+                            Mesh({2, 2}, {0, 1, 2, 3}), "S1S0R", 5, 2);
+  p.tensor.dtype = DType::uint8;
+  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.05) << split;
+}
+
 // Devices 0 and 1 (host 0) and 2 and 3 (host 1) each hold a quarter that device 0 needs: host 1's
 // half enters by both of host 0's NICs, NIC 1's through device 1, which also sends its own quarter.
 // The greedy keeps a device's receipts apart, so device 0 took what came over NIC 0 and what came

@@ -182,10 +182,13 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
 // go through the device of that NIC that sends most of them (a holder hands it the others over the
 // device link), a different device for each receiving host where the NIC has enough. A NIC is
 // shared fairly among the flows that cross it, so two devices of a host sending into one host at
-// once took two shares of that host's NICs from the others that feed them. A device that does not
-// hold a slice stages it for one flow of its job at most (it would take it twice). Whether any
-// share moved.
-bool funnel(const Cluster& c, std::vector<Flow>& flows) {
+// once took two shares of that host's NICs from the others that feed them. With `spares`, a pair
+// whose NIC has no sender left takes a device of that NIC that sends nothing (a stage), so that
+// one device does not send into several hosts one after another: its ops cannot wait, and the
+// other hosts' sends took half of each receiving NIC it needed. A device that does not hold a
+// slice stages it for one flow of its job at most (it would take it twice). Whether any share
+// moved (with `spares`, to such a stage).
+bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
   std::map<std::pair<DeviceId, int>, double> sends;  // (device, receiving host) -> bytes
   for (const Flow& f : flows)
     for (const auto& [d, bytes] : f.out) sends[{d, c.host_of(f.receiver)}] += bytes;
@@ -195,14 +198,23 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows) {
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   // (sending host, NIC, receiving host) -> its device: first one that sends into no other host.
   std::map<std::tuple<int, int, int>, DeviceId> chosen;
-  std::set<DeviceId> taken;
+  std::set<DeviceId> taken, spare;
   for (bool shared : {false, true})
     for (const auto& [bytes, key] : by_bytes) {
       const auto [d, to] = key;
       const std::tuple pair{c.host_of(d), c.nic_of(d), to};
       if (chosen.contains(pair) || (!shared && taken.contains(d))) continue;
-      chosen[pair] = d;
-      taken.insert(d);
+      DeviceId e = d;
+      for (int l = 0; spares && shared && l < c.devices_per_host && e == d; ++l)
+        if (const DeviceId idle = c.device_id(c.host_of(d), l);
+            c.nic_of(idle) == c.nic_of(d) && !taken.contains(idle) &&
+            !std::any_of(sends.begin(), sends.end(),
+                         [&](const auto& s) { return s.first.first == idle; })) {
+          e = idle;
+          spare.insert(idle);
+        }
+      chosen[pair] = e;
+      taken.insert(e);
     }
   // Per job and device: how many of the job's flows (but the one being laid) the device sends for.
   std::map<std::pair<const Job*, DeviceId>, int> flows_sent;
@@ -219,7 +231,7 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows) {
     for (const auto& [d, bytes] : f.out) {
       const DeviceId e = chosen.at({c.host_of(d), c.nic_of(d), c.host_of(f.receiver)});
       const bool may = e == d || (!f.bars(e) && (f.holds(e) || flows_sent[{f.job, e}] == 0));
-      moved = moved || (may && e != d);
+      moved = moved || (may && e != d && (!spares || spare.contains(e)));
       add_share(out, may ? e : d, bytes);
     }
     f.out = std::move(out);
@@ -394,7 +406,7 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
-                             bool one_device_per_pair, bool stages_beside_holders) {
+                             Funnel funnelled, bool stages_beside_holders) {
   const Cluster& c = batch.cluster;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
@@ -580,7 +592,8 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     lay_by_bytes(c, flows);
   else
     lay_by_ports(c, flows, port, stages_beside_holders);
-  if (one_device_per_pair && !funnel(c, flows)) return std::nullopt;
+  if (funnelled != Funnel::none && !funnel(c, flows, funnelled == Funnel::with_spares))
+    return std::nullopt;
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
   // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together.

@@ -61,9 +61,14 @@ struct Shop {
 // helping hosts' NICs that have devices, after what they send besides, whichever ends later; and
 // with ShopLevel::ports each slice across hosts is laid a quantum at a time on whichever holding
 // host's NICs and ports end it soonest.
+// With `Funnel::by_senders`, each pair of a sending NIC and a receiving host is taken by one of the
+// NIC's senders (else nullopt, where that changes nothing); with `Funnel::with_spares`, where the
+// NIC has no sender left for a pair, by a device of the NIC that sends nothing (else nullopt, where
+// no such device takes a share).
+enum class Funnel { none, by_senders, with_spares };
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
-                             bool one_device_per_pair, bool stages_beside_holders);
+                             Funnel funnelled, bool stages_beside_holders);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
