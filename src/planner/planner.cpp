@@ -497,15 +497,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // plays better where the pieces of many would meet at the receiving NICs.
     const auto try_played = [&](const std::vector<detail::Job>& of) {
       // The fastest play of the shop (time, steps, stock), of those laid with stages beside their
-      // holders, of those funnelled through spare devices (as the fastest of all, they took the
-      // larger stocks and the other turns from shops that gained more from them: 2 cases worse of
-      // seeds 901-920 with two NICs), and of the others.
+      // holders and of those without.
       struct FastestShop {
         double time = 0;
         std::vector<detail::PlayStep> steps;
         int stock = 0;
       };
-      std::array<std::optional<FastestShop>, 3> fastest_shops;
+      std::array<std::optional<FastestShop>, 2> fastest_shops;
       const auto try_shop = [&](detail::ShopLevel level, bool from_any_host,
                                 detail::Funnel funnelled, bool stages_beside_holders) {
         const auto shop = detail::nic_shop(batch, of, kShopRounds,
@@ -519,9 +517,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (const double time = try_plays(steps, of, {.stock = stock});
               !fastest_stock || time < fastest_stock->first)
             fastest_stock = {time, stock};
-        auto& fastest = fastest_shops[stages_beside_holders                      ? 1
-                                      : funnelled == detail::Funnel::with_spares ? 2
-                                                                                 : 0];
+        auto& fastest = fastest_shops[stages_beside_holders];
         if (!fastest || fastest_stock->first < fastest->time)
           fastest = FastestShop{fastest_stock->first, std::move(steps), fastest_stock->second};
         return true;
