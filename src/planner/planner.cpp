@@ -555,14 +555,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // spread with the receivers beside the holders taking pieces back from the receiving hosts;
       // not instead, as none wins everywhere.
       // (Variants that give the steps of one played before are not played again.)
-      using RailLay = detail::RailRules;
       struct Played {
         std::vector<detail::PlayStep> steps;
         double time = 0;
-        RailLay lay;
+        detail::RailRules lay;
       };
       std::vector<Played> played;
-      const auto try_rails = [&](int rounds, const RailLay& lay,
+      const auto try_rails = [&](int rounds, const detail::RailRules& lay,
                                  int64_t round_buckets = kRailRoundBuckets) {
         auto steps = detail::rail_steps(batch, of, rounds,
                                         round_buckets * default_bucket_bytes(batch.cluster), lay);
@@ -573,7 +572,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         played.push_back({std::move(*steps), time, lay});
         return time;
       };
-      std::optional<std::pair<double, RailLay>> fastest_rails;
+      std::optional<std::pair<double, detail::RailRules>> fastest_rails;
       for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
         for (detail::RailSpread how :
              {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
@@ -604,9 +603,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // The fastest rails once more with the hosts that have sent least relaying first: in host
       // order one receiving host relayed two slices while another relayed none (neither order wins
       // everywhere: played instead, 12 cases better and 15 worse with four NICs).
-      std::vector<RailLay> fastest_lays = {fastest_rails->second};
-      if (const RailLay relayed = {fastest_rails->second.pick, fastest_rails->second.how,
-                                   detail::RailRelays::least_sent_first};
+      std::vector<detail::RailRules> fastest_lays = {fastest_rails->second};
+      if (const detail::RailRules relayed = {fastest_rails->second.pick, fastest_rails->second.how,
+                                             detail::RailRelays::least_sent_first};
           !near() && try_rails(kShopRounds, relayed) < fastest_rails->first)
         fastest_lays.push_back(relayed);
       // And levelled: of chains that leave the busiest port or NIC about as busy, the one that
@@ -615,15 +614,15 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // that plays faster it goes on to the finer and finest pieces, and its fastest play is
       // played again, after the others' (it took their place: a spread within 5% of the fastest
       // no longer was, and missed the larger stocks that had brought it to 1.096x, 919 r7).
-      std::vector<RailLay> levelled_lays;
-      if (RailLay levelled = fastest_rails->second; !near()) {
+      std::vector<detail::RailRules> levelled_lays;
+      if (detail::RailRules levelled = fastest_rails->second; !near()) {
         levelled.level = detail::RailLevel::levelled;
         if (try_rails(kShopRounds, levelled) < fastest_rails->first)
           levelled_lays.push_back(levelled);
       }
       // And the fastest laid another way (spread or not), where it played within kOtherRailsWithin
       // of the fastest: finer pieces gain more on some ways than on others.
-      std::vector<RailLay> finer_lays = fastest_lays;
+      std::vector<detail::RailRules> finer_lays = fastest_lays;
       finer_lays.insert(finer_lays.end(), levelled_lays.begin(), levelled_lays.end());
       if (const std::ptrdiff_t other =
               near_other_way(fastest_rails->second.how, fastest_rails->first);
@@ -637,7 +636,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       // more of 531 cases within 1.05x with two NICs, 17% more planning time; the one other way
       // within 5%: seeds 1201-1220 with four NICs 8 cases better and 2 worse, 9% more; going on
       // to the finest pieces and the stocks too, it took their place where they had won).
-      for (const RailLay& lay : finer_lays)
+      for (const detail::RailRules& lay : finer_lays)
         for (int rounds : kFinerRailRounds) {
           if (near()) break;
           try_rails(rounds, lay);
@@ -673,7 +672,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           play_again(by_host);
       if (near()) return;
       fastest_lays.insert(fastest_lays.end(), levelled_lays.begin(), levelled_lays.end());
-      for (const RailLay& lay : fastest_lays) {
+      for (const detail::RailRules& lay : fastest_lays) {
         if (near()) return;
         try_rails(kFinestRailRounds, lay, kFinestRailRoundBuckets);
       }

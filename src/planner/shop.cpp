@@ -199,6 +199,8 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
   // (sending host, NIC, receiving host) -> its device: first one that sends into no other host.
   std::map<std::tuple<int, int, int>, DeviceId> chosen;
   std::set<DeviceId> taken, spare;
+  std::set<DeviceId> senders;
+  for (const auto& [key, bytes] : sends) senders.insert(key.first);
   for (bool shared : {false, true})
     for (const auto& [bytes, key] : by_bytes) {
       const auto [d, to] = key;
@@ -207,9 +209,7 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
       DeviceId e = d;
       for (int l = 0; spares && shared && l < c.devices_per_host && e == d; ++l)
         if (const DeviceId idle = c.device_id(c.host_of(d), l);
-            c.nic_of(idle) == c.nic_of(d) && !taken.contains(idle) &&
-            !std::any_of(sends.begin(), sends.end(),
-                         [&](const auto& s) { return s.first.first == idle; })) {
+            c.nic_of(idle) == c.nic_of(d) && !taken.contains(idle) && !senders.contains(idle)) {
           e = idle;
           spare.insert(idle);
         }
@@ -772,6 +772,10 @@ std::optional<BusiestHost> busiest_host(const Cluster& c,
   return busiest;
 }
 
+// How near the least busy chain a levelled chain's busiest port or NIC may end (RailLevel): within
+// 0% or 5% more cases played worse than within 2%.
+constexpr double kLevelledWithin = 1.02;
+
 // A slice of `work` as the rails lay it.
 struct RailSlice {
   const Job* job = nullptr;
@@ -940,35 +944,28 @@ class RailLayer {
     return static_cast<int>(steps_.size()) - 1;
   }
 
-  // The seconds of the ports and receiving NICs a chain uses, before it is added and after.
-  std::vector<std::pair<double, double>> loads_of(const std::vector<Hop>& hops,
-                                                  double bytes) const {
+  // The ports and receiving NICs a chain uses, once it is added: the seconds of the busiest, and
+  // what it adds to the sum of the squares of their seconds.
+  struct ChainLoad {
+    double busiest = 0;
+    double squares = 0;
+  };
+  ChainLoad load_after(const std::vector<Hop>& hops, double bytes) const {
     std::map<int, double> added;  // devices as id, receiving NICs as -1 - id
     for (const Hop& hop : hops) {
       added[hop.from] += port_seconds(hop.from, hop.to, bytes);
       if (const double in = in_seconds(hop.from, hop.to, bytes); in > 0)
         added[-1 - nic_id_(hop.to)] += in;
     }
-    std::vector<std::pair<double, double>> loads;
+    ChainLoad load;
     for (const auto& [key, seconds] : added) {
       const auto taken = nic_in_.find(-1 - key);
       const double before = key >= 0 ? port_[key] : (taken == nic_in_.end() ? 0 : taken->second);
-      loads.emplace_back(before, seconds + before);
+      const double after = seconds + before;
+      load.busiest = std::max(load.busiest, after);
+      load.squares += after * after - before * before;
     }
-    return loads;
-  }
-  // The busiest of the ports and receiving NICs a chain uses once it is added, in seconds.
-  double load_after(const std::vector<Hop>& hops, double bytes) const {
-    double most = 0;
-    for (const auto& [before, after] : loads_of(hops, bytes)) most = std::max(most, after);
-    return most;
-  }
-  // What a chain adds to the sum of the squares of those seconds.
-  double squares_after(const std::vector<Hop>& hops, double bytes) const {
-    double sum = 0;
-    for (const auto& [before, after] : loads_of(hops, bytes))
-      sum += after * after - before * before;
-    return sum;
+    return load;
   }
 
   // The holder of `t` on host `h` with the least to send.
@@ -1045,9 +1042,7 @@ class RailLayer {
                 sender = entry;
               }
             }
-            const double load = load_after(hops, piece_bytes);
-            const double squares =
-                rules.level == RailLevel::levelled ? squares_after(hops, piece_bytes) : 0;
+            const auto [load, squares] = load_after(hops, piece_bytes);
             if (best_load < 0 || load < best_load - 1e-12 - margin ||
                 (rules.level == RailLevel::levelled && margin == 0 &&
                  load <= best_load * kLevelledWithin && squares < best_squares)) {
@@ -1122,7 +1117,7 @@ class RailLayer {
           back = a;
     const auto back_load = [&] {
       const DeviceId from = steps_[static_cast<size_t>(back)].to;
-      const double load = load_after({{from, first, -1, false}}, bytes);
+      const double load = load_after({{from, first, -1, false}}, bytes).busiest;
       return j + 1 < s.pieces
                  ? load
                  : std::max(load, busiest_seconds_ +

@@ -124,14 +124,13 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far
 // first (all but a chain's last host relay it: in host order one host relayed two slices while
 // another relayed none).
-// With `RailLevel::levelled`, of the chains whose busiest port or receiving NIC ends within
-// kLevelledWithin of the least busy, the one that adds least to the sum of the squares of the
-// seconds its ports and NICs carry: the one that loads the less busy of them.
+// With `RailLevel::levelled`, of the chains whose busiest port or receiving NIC ends within 2% of
+// the least busy, the one that adds least to the sum of the squares of the seconds its ports and
+// NICs carry: the one that loads the less busy of them.
 enum class RailPick { cyclic, least_busy };
 enum class RailSpread { none, spread, handing, returning };
 enum class RailRelays { by_host, least_sent_first };
 enum class RailLevel { busiest, levelled };
-inline constexpr double kLevelledWithin = 1.02;
 struct RailRules {
   RailPick pick = RailPick::cyclic;
   RailSpread how = RailSpread::none;
