@@ -1136,6 +1136,20 @@ TEST(PlannerTest, APairOfNicAndHostIsTakenByADeviceThatSendsNothing) {
   for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.05) << split;
 }
 
+// Devices 19, 24 and 11 (hosts 4, 6 and 2 of seven hosts of four, four NICs) each hold the tensor,
+// whose halves devices 7 and 21 (hosts 1 and 5) need. Chosen slice by slice, each half left one
+// holding host whole: two hosts sent as much as each receiving host took in, at the same rate,
+// with no room for the play to take turns, and the third sent nothing (1.110x the bound). The shop
+// is also laid with each half cut between the three hosts so that their NICs send for the least
+// time, each a third of the tensor (random suite seed 1214 r14).
+TEST(PlannerTest, SlicesAreCutBetweenTheirHoldingHostsSoThatTheirNicsSendLeast) {
+  Resharding p =
+      problem_of({536870917}, Mesh({3}, {19, 24, 11}), "R", Mesh({2}, {7, 21}), "S0", 7, 4);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nics_per_host = 4;
+  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.05) << split;
+}
+
 // Devices 0 and 1 (host 0) and 2 and 3 (host 1) each hold a quarter that device 0 needs: host 1's
 // half enters by both of host 0's NICs, NIC 1's through device 1, which also sends its own quarter.
 // The greedy keeps a device's receipts apart, so device 0 took what came over NIC 0 and what came

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -70,6 +71,186 @@ class NicIds {
 // The NICs of `host` that have devices: only they carry traffic.
 int used_nics(const Cluster& c, int host) {
   return std::min(c.nics_of(host), c.devices_per_host);
+}
+
+// The largest flow from a source to a sink through edges of real capacities (Dinic's: shortest
+// augmenting paths, layer by layer), for the small graphs of a shop's slices and hosts.
+class MaxFlow {
+ public:
+  explicit MaxFlow(int nodes) : out_(nodes), level_(nodes), next_(nodes) {}
+  // The new edge's index.
+  int add(int from, int to, double capacity) {
+    out_[from].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({to, capacity});
+    out_[to].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({from, 0});
+    return static_cast<int>(edges_.size()) - 2;
+  }
+  double run(int source, int sink) {
+    double total = 0;
+    while (layer(source, sink)) {
+      std::fill(next_.begin(), next_.end(), 0);
+      while (const double pushed = push(source, sink, kInfinite)) total += pushed;
+    }
+    return total;
+  }
+  double flow(int edge) const { return edges_[edge ^ 1].capacity; }
+  // Per node, whether more could still flow from it to `sink` through edges with more than
+  // `least` left.
+  std::vector<bool> reaching(int sink, double least) const {
+    std::vector<bool> reaches(out_.size(), false);
+    std::deque<int> queue = {sink};
+    reaches[sink] = true;
+    while (!queue.empty()) {
+      const int n = queue.front();
+      queue.pop_front();
+      for (int e : out_[n])  // e ^ 1 runs from edges_[e].to into n
+        if (const int from = edges_[e].to; !reaches[from] && edges_[e ^ 1].capacity > least) {
+          reaches[from] = true;
+          queue.push_back(from);
+        }
+    }
+    return reaches;
+  }
+
+ private:
+  static constexpr double kInfinite = std::numeric_limits<double>::infinity();
+  // Capacities left below this are taken as none: bytes, so far below a byte.
+  static constexpr double kNone = 1e-6;
+  struct Edge {
+    int to;
+    double capacity;  // what is left of it
+  };
+  bool layer(int source, int sink) {
+    std::fill(level_.begin(), level_.end(), -1);
+    std::deque<int> queue = {source};
+    level_[source] = 0;
+    while (!queue.empty()) {
+      const int n = queue.front();
+      queue.pop_front();
+      for (int e : out_[n])
+        if (edges_[e].capacity > kNone && level_[edges_[e].to] < 0) {
+          level_[edges_[e].to] = level_[n] + 1;
+          queue.push_back(edges_[e].to);
+        }
+    }
+    return level_[sink] >= 0;
+  }
+  double push(int n, int sink, double most) {
+    if (n == sink) return most;
+    for (; next_[n] < std::ssize(out_[n]); ++next_[n]) {
+      const int e = out_[n][next_[n]];
+      if (edges_[e].capacity <= kNone || level_[edges_[e].to] != level_[n] + 1) continue;
+      if (const double pushed = push(edges_[e].to, sink, std::min(most, edges_[e].capacity));
+          pushed > 0) {
+        edges_[e].capacity -= pushed;
+        edges_[e ^ 1].capacity += pushed;
+        return pushed;
+      }
+    }
+    return 0;
+  }
+  std::vector<Edge> edges_;
+  std::vector<std::vector<int>> out_;
+  std::vector<int> level_;
+  std::vector<std::ptrdiff_t> next_;
+};
+
+// Sources::levelled_hosts: the flows cut between the hosts that hold their slices so that the
+// hosts' NICs send for the least time, lexicographically: first the busiest host's, then with
+// the hosts that cannot send less settled, the busiest of the others', and so on (where every
+// host that feeds a receiver sends at the bound, its sends have no room to take turns). Each level
+// is a bisection on the time, each of its steps a max flow from the slices to the hosts, a host
+// taking at most the time times its NICs' rate; the hosts that cannot send less are those from
+// which no flow can move to a host with time left. A flow's part on a host is cut from its slice
+// along the longest dimension, and parts under kLeastHostShare of a slice are left to the others.
+// Returns false, leaving `flows` as they were, where the busiest host saves under kLeastHostGain.
+constexpr double kLeastHostShare = 0.01;
+constexpr double kLeastHostGain = 0.001;
+constexpr int kBisections = 30;
+bool level_hosts(const Batch& batch, std::vector<Flow>& flows, std::deque<Transfer>& parts) {
+  const Cluster& c = batch.cluster;
+  const auto rate = [&](int h) { return used_nics(c, h) * c.single_nic_bandwidth_of(h); };
+  double total = 0, chosen = 0;  // the bytes, and the busiest host's time as chosen
+  std::vector<double> out(c.hosts, 0);
+  for (const Flow& f : flows) {
+    total += f.bytes();
+    out[c.host_of(f.holders[0])] += f.bytes();
+  }
+  for (int h = 0; h < c.hosts; ++h) chosen = std::max(chosen, out[h] / rate(h));
+  // Nodes: 0 the source, 1 the sink, one per flow from 2, then one per host.
+  const int first_host = 2 + static_cast<int>(flows.size());
+  std::vector<std::vector<std::pair<int, int>>> edges(flows.size());  // per flow: (host, edge)
+  std::vector<double> settled(c.hosts, -1);  // per host, its time once settled
+  const auto solve = [&](double time) {
+    MaxFlow graph(first_host + c.hosts);
+    for (size_t i = 0; i < flows.size(); ++i) {
+      graph.add(0, 2 + static_cast<int>(i), flows[i].bytes());
+      edges[i].clear();
+      for (int h : hosts_of(flows[i].candidates, c))
+        edges[i].emplace_back(h, graph.add(2 + static_cast<int>(i), first_host + h, total));
+    }
+    for (int h = 0; h < c.hosts; ++h)
+      graph.add(first_host + h, 1, (settled[h] >= 0 ? settled[h] : time) * rate(h));
+    const bool fits = graph.run(0, 1) >= total * (1 - 1e-9);
+    return std::pair{fits, std::move(graph)};
+  };
+  double high = chosen * (1 - kLeastHostGain);
+  if (!solve(high).first) return false;
+  std::vector<bool> sending(c.hosts, false);
+  for (const Flow& f : flows)
+    for (DeviceId d : f.candidates) sending[c.host_of(d)] = true;
+  for (bool unsettled = true; unsettled;) {
+    double low = 0;
+    for (int step = 0; step < kBisections; ++step) {
+      const double mid = (low + high) / 2;
+      (solve(mid).first ? high : low) = mid;
+    }
+    const std::vector<bool> reaches = solve(high).second.reaching(1, 1e-9 * total);
+    unsettled = false;
+    for (int h = 0; h < c.hosts; ++h) {
+      if (!sending[h] || settled[h] >= 0) continue;
+      if (!reaches[first_host + h])
+        settled[h] = high;
+      else
+        unsettled = true;
+    }
+  }
+  const MaxFlow graph = solve(high).second;
+  std::vector<Flow> levelled;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    const Flow& f = flows[i];
+    std::vector<int> hosts;
+    std::vector<double> weights;
+    for (const auto& [h, e] : edges[i])
+      if (graph.flow(e) >= kLeastHostShare * f.bytes()) {
+        hosts.push_back(h);
+        weights.push_back(graph.flow(e));
+      }
+    const auto on = [&](int h) {
+      Flow part = f;
+      part.holders.clear();
+      for (DeviceId d : f.candidates)
+        if (c.host_of(d) == h) part.holders.push_back(d);
+      return part;
+    };
+    if (hosts.size() == 1) {
+      levelled.push_back(on(hosts[0]));
+      continue;
+    }
+    const std::vector<Box> cut = cut_at_weights(f.transfer->slice, weights);
+    for (size_t p = 0; p < cut.size(); ++p) {
+      if (cut[p].empty()) continue;
+      parts.push_back({.slice = cut[p],
+                       .bytes = slice_bytes(batch, *f.job, cut[p]),
+                       .receivers = f.transfer->receivers,
+                       .candidates = f.transfer->candidates});
+      levelled.push_back(on(hosts[p]));
+      levelled.back().transfer = &parts.back();
+    }
+  }
+  flows = std::move(levelled);
+  return true;
 }
 
 // Moves bytes of `shares` (one list per slice, (NIC index, bytes), all on one host of `nics` NICs)
@@ -405,8 +586,9 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 }  // namespace
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level, bool from_any_host,
+                             int64_t min_piece_bytes, ShopLevel level, Sources sources,
                              Funnel funnelled, bool stages_beside_holders) {
+  const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
@@ -440,7 +622,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     host_out[host] += f.bytes();
     flows.push_back(std::move(f));
   };
-  SourceTiles sources(batch);
+  SourceTiles tiles(batch);
   // Per beside slice (by index) that other hosts hold too: its transfer and those holders.
   std::map<size_t, std::pair<const Transfer*, std::vector<DeviceId>>> afar;
   for (const auto& [job, t] : order) {
@@ -455,7 +637,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     }
     port[*beside] += static_cast<double>(t->bytes) / c.device_bandwidth_of(*beside);
     if (from_any_host) {
-      std::vector<DeviceId> others = sources.holders(job->tensor, t->slice);
+      std::vector<DeviceId> others = tiles.holders(job->tensor, t->slice);
       std::erase_if(others, [&](DeviceId d) { return c.host_of(d) == home; });
       if (!others.empty()) afar[shop.beside.size()] = {t, std::move(others)};
     }
@@ -467,6 +649,9 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
                            .entry = receiver,
                            .receiver = receiver});
   }
+  std::deque<Transfer> levelled;  // the parts cut between hosts, which `flows` point at
+  if (sources == Sources::levelled_hosts && !level_hosts(batch, flows, levelled))
+    return std::nullopt;
   // A slice into its holder's own host that other hosts hold too is helped from afar: a part of
   // it enters by the host's NICs whose devices serve nothing beside them, so that the holders' send
   // ports end with those NICs, after what other flows bring into the host, or with the helping
