@@ -200,13 +200,16 @@ bool level_hosts(const Batch& batch, std::vector<Flow>& flows, std::deque<Transf
   std::vector<bool> sending(c.hosts, false);
   for (const Flow& f : flows)
     for (DeviceId d : f.candidates) sending[c.host_of(d)] = true;
+  // The last level's flow at its time, which settling its hosts at that time leaves as it is.
+  std::optional<MaxFlow> graph;
   for (bool unsettled = true; unsettled;) {
     double low = 0;
     for (int step = 0; step < kBisections; ++step) {
       const double mid = (low + high) / 2;
       (solve(mid).first ? high : low) = mid;
     }
-    const std::vector<bool> reaches = solve(high).second.reaching(1, 1e-9 * total);
+    graph = solve(high).second;
+    const std::vector<bool> reaches = graph->reaching(1, 1e-9 * total);
     unsettled = false;
     for (int h = 0; h < c.hosts; ++h) {
       if (!sending[h] || settled[h] >= 0) continue;
@@ -216,16 +219,15 @@ bool level_hosts(const Batch& batch, std::vector<Flow>& flows, std::deque<Transf
         unsettled = true;
     }
   }
-  const MaxFlow graph = solve(high).second;
   std::vector<Flow> levelled;
   for (size_t i = 0; i < flows.size(); ++i) {
     const Flow& f = flows[i];
     std::vector<int> hosts;
     std::vector<double> weights;
     for (const auto& [h, e] : edges[i])
-      if (graph.flow(e) >= kLeastHostShare * f.bytes()) {
+      if (graph->flow(e) >= kLeastHostShare * f.bytes()) {
         hosts.push_back(h);
-        weights.push_back(graph.flow(e));
+        weights.push_back(graph->flow(e));
       }
     const auto on = [&](int h) {
       Flow part = f;
