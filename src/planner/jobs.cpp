@@ -623,6 +623,121 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
   return out;
 }
 
+std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs) {
+  const Cluster& cluster = batch.cluster;
+  // A job's transfers into their holders' hosts (each into one host that holds the slice, from
+  // holders there), where two or more hosts take in the same slice so.
+  const auto local = [&](const Job& job) {
+    std::vector<const Transfer*> local;
+    if (!job.only_copies_follow()) return local;
+    for (const Transfer& t : job.transfers)
+      if (!t.helpers.empty() && t.splittable && hosts_of(t.candidates, cluster).size() == 1)
+        local.push_back(&t);
+    if (local.size() < 2 || std::any_of(local.begin(), local.end(), [&](const Transfer* t) {
+          return t->slice != local[0]->slice;
+        }))
+      local.clear();
+    return local;
+  };
+  // Per host: the bytes its holders serve beside them, and of those, the bytes its receivers
+  // could take from receivers on other hosts (each shared slice once per other host).
+  std::map<int, double> served, shareable;
+  std::map<int, std::set<DeviceId>> holders;
+  std::map<int, std::set<int>> nics;  // those of the receivers of shared slices
+  for (const Job& job : jobs) {
+    const auto shared = local(job);
+    for (const Transfer& t : job.transfers) {
+      if (t.helpers.empty() || hosts_of(t.candidates, cluster).size() != 1) continue;
+      const int host = cluster.host_of(t.candidates[0]);
+      served[host] += static_cast<double>(t.bytes);
+      holders[host].insert(t.candidates.begin(), t.candidates.end());
+    }
+    for (const Transfer* t : shared) {
+      const int host = cluster.host_of(t->candidates[0]);
+      shareable[host] += static_cast<double>(t->bytes) * static_cast<double>(shared.size() - 1);
+      for (DeviceId r : t->receivers) nics[host].insert(cluster.nic_of(r));
+    }
+  }
+  // Each host's share of what it serves that should come in over the NICs of the receivers of
+  // shared slices (the parts enter there), so that its holders' device links and those NICs end
+  // together; as a share of each slice it takes from each other host.
+  std::map<int, double> share;
+  for (const auto& [host, bytes] : shareable) {
+    double near = 0;
+    for (DeviceId d : holders[host]) near += cluster.device_bandwidth_of(d);
+    const double afar =
+        cluster.single_nic_bandwidth_of(host) * static_cast<double>(nics[host].size());
+    share[host] = served[host] * afar / (afar + near) / bytes;
+  }
+  // The parts that cross between hosts come first, in jobs of their own, so that the relays
+  // have them to pass on while the holders serve the rest beside them.
+  std::vector<Job> across, out;
+  for (const Job& job : jobs) {
+    const auto shared = local(job);
+    if (shared.empty()) {
+      out.push_back(job);
+      continue;
+    }
+    const double m = static_cast<double>(shared.size());
+    double f = 1 / m;
+    for (const Transfer* t : shared) f = std::min(f, share.at(cluster.host_of(t->candidates[0])));
+    std::vector<double> weights(shared.size() + 1, f);
+    weights[0] = 1 - m * f;
+    const std::vector<Box> parts = cut_at_weights(shared[0]->slice, weights);
+    if (std::any_of(parts.begin() + 1, parts.end(), [](const Box& b) { return b.empty(); })) {
+      out.push_back(job);
+      continue;
+    }
+    const int element = element_size(batch, job.tensor);
+    std::vector<DeviceId> everyone;
+    for (const Transfer* t : shared)
+      everyone.insert(everyone.end(), t->receivers.begin(), t->receivers.end());
+    Job near = job;
+    near.transfers.clear();
+    for (const Transfer& t : job.transfers)
+      if (std::find(shared.begin(), shared.end(), &t) == shared.end()) near.transfers.push_back(t);
+    Job exchange{.tensor = job.tensor, .task = job.task};
+    for (size_t i = 0; i < shared.size(); ++i) {
+      const Transfer& t = *shared[i];
+      const auto part = [&](const Box& slice, std::vector<DeviceId> receivers) {
+        Transfer p = t;
+        p.slice = slice;
+        p.bytes = slice.volume() * element;
+        p.receivers = std::move(receivers);
+        return p;
+      };
+      if (!parts[0].empty()) near.transfers.push_back(part(parts[0], t.receivers));
+      // Host i's part goes to one of its receivers, which keeps it and passes it on to the other
+      // hosts' receivers (turning from slice to slice), and from the holders to the rest.
+      const DeviceId stage = t.receivers[job.task % t.receivers.size()];
+      std::vector<DeviceId> home = t.receivers, away;
+      std::erase(home, stage);
+      for (DeviceId r : everyone)
+        if (cluster.host_of(r) != cluster.host_of(stage)) away.push_back(r);
+      std::sort(away.begin(), away.end());
+      if (!home.empty()) {
+        Transfer rest = part(parts[i + 1], std::move(home));
+        rest.helpers.clear();
+        rest.splittable = false;
+        exchange.transfers.push_back(std::move(rest));
+      }
+      Transfer relayed = part(parts[i + 1], std::move(away));
+      relayed.helpers.clear();
+      relayed.splittable = false;
+      relayed.stages = {stage};
+      relayed.through_stage = true;
+      relayed.stage_receives = true;
+      exchange.transfers.push_back(std::move(relayed));
+    }
+    across.push_back(std::move(exchange));
+    out.push_back(std::move(near));
+  }
+  if (across.empty()) return {};
+  across.insert(across.end(), std::make_move_iterator(out.begin()),
+                std::make_move_iterator(out.end()));
+  return across;
+}
+
 std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
   const Cluster& cluster = batch.cluster;
   SourceTiles sources(batch);

@@ -125,6 +125,16 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
 // link, while the host's NICs could take a part from a holder elsewhere at the same time.
 std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs);
 
+// `jobs` with each slice that two or more of its holders' hosts take in from holders there (one
+// transfer into each) cut into a part each host's holders send beside them and, per host, a part
+// that its holders send to its receivers, which chain it on to the receivers of the other hosts:
+// each holder then sends less than the slice beside it, and the hosts' NICs carry the rest. The
+// parts from other hosts are sized so that each host's holders' device links and its NICs end
+// together. Empty where no slice is cut. A holder that alone serves several devices of its host
+// sends all of it over one device link, while every other holding host holds it only at a holder
+// as busy, and a receiver there that takes the slice anyway can pass a part on.
+std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs);
+
 // `job` cut into `n` jobs, one per round: each of its transfers' slices cut into `n` parts
 // (allgather_part: torch.chunk of the longest dimension), round i taking part i, and its
 // follow-ups after the first round's transfers.

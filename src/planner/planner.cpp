@@ -484,6 +484,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
               rails_of(jobs, {.per_receiver = per_receiver, .only_stages = true});
           try_laid_rails(staged_only);
         }
+    // Slices that several hosts' holders serve over device links, exchanged between those hosts'
+    // receivers over their NICs.
+    if (!near())
+      if (const auto exchanged = detail::exchanged_jobs(batch, jobs); !exchanged.empty())
+        try_candidate(exchanged, options, detail::Shape::chains);
     // Slices that a host's holders serve over device links, helped from afar over its NICs.
     if (!near())
       if (const auto helped = detail::helped_jobs(batch, jobs); !helped.empty()) {
