@@ -132,14 +132,15 @@ constexpr int kMostRailRounds = 32;
 constexpr int64_t kRailRoundBuckets = 4;
 // But a round's tail is more than one device link's time where a host's receivers gather: each
 // sends its part to every other receiver of its host, and the first round's hand-overs to stages
-// also wait at the start. So the rails that made the fastest plan are laid once more in
-// kFinerRails times as many rounds (up to kFinerRails x kMostRailRounds), where more latencies
-// may cost less than that wait (random suite seed 1104 r15 with two NICs, four receivers per
-// host: 1.069x -> 1.049x). Last, after the reordering: tried before it, such a plan, a little
-// faster than the best, took the reordering's place from a plan that the reordering would have
-// made faster still (seed 1220 r28 with four NICs 1.090x -> 1.152x). Eight times as many rounds
-// made no case faster than four did on three seed sets, and 1-3 per set slower.
-constexpr int kFinerRails = 4;
+// also wait at the start. So the rails that made the fastest plan are laid once more in twice and
+// in four times as many rounds (up to as many times kMostRailRounds), where more latencies may
+// cost less than that wait (random suite seed 1104 r15 with two NICs, four receivers per host:
+// 1.069x -> 1.049x). Each wins where the other does not (over six seed sets with two and four
+// NICs, twice as many 26 cases faster than four times, 3 slower); eight times as many made no case
+// faster than four. Last, after the reordering: tried before it, such a plan, a little faster
+// than the best, took the reordering's place from a plan that the reordering would have made
+// faster still (seed 1220 r28 with four NICs 1.090x -> 1.152x).
+constexpr std::array kFinerRails = {2, 4};
 // The rounds of detail::nic_shop's pieces: a NIC idles about a round at the start and the end.
 constexpr int kShopRounds = 32;
 // The fastest rails are laid again in pieces half and a quarter as large (at least
@@ -809,9 +810,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         }
       }
     }
-    // The rails that made the fastest plan, laid once more in kFinerRails times as many rounds
-    // (not reordered).
-    if (fastest_rails && !near()) try_laid_rails(rails_of(jobs, *fastest_rails, kFinerRails));
+    // The rails that made the fastest plan, laid once more in more rounds (not reordered).
+    if (fastest_rails)
+      for (int finer : kFinerRails) {
+        if (near()) break;
+        try_laid_rails(rails_of(jobs, *fastest_rails, finer));
+      }
     if (std::isinf(best))
       throw std::logic_error(
           "planner: neither the plan nor any candidate delivers every element once");
