@@ -449,7 +449,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                                rail_options);
     };
     // The rails options whose lay (by the greedy or in lockstep) made the fastest plan so far.
-    std::optional<detail::RailOptions> fastest_rails;
+    std::optional<detail::RailOptions> fastest_laid_rails;
     // Rails variants that lay the same jobs as one tried before (per receiver or per NIC where
     // hosts have unequal receivers, stages at holders where no rail has a stage, parts cut by
     // ports or by home bytes as equal ones are, relays where none takes a turn) are planned
@@ -471,7 +471,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     const bool spread = any_spread(batch, jobs);
     const auto lay_rails = [&](const detail::RailOptions& rail_options, bool at_once_too = false) {
       auto rails = rails_of(jobs, rail_options);
-      if (try_laid_rails(rails, at_once_too)) fastest_rails = rail_options;
+      if (try_laid_rails(rails, at_once_too)) fastest_laid_rails = rail_options;
       return rails;
     };
     if (any_into_several_nics(batch, jobs))
@@ -494,7 +494,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           const detail::RailOptions beside{.per_receiver = per_receiver, .beside = true};
           const auto beside_rails = rails_of(jobs, beside);
           if (stage_count(beside_rails) == stage_count(rails)) continue;
-          if (try_laid_rails(beside_rails)) fastest_rails = beside;
+          if (try_laid_rails(beside_rails)) fastest_laid_rails = beside;
           if (near()) continue;
           lay_rails({.per_receiver = per_receiver, .only_stages = true});
         }
@@ -811,10 +811,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       }
     }
     // The rails that made the fastest plan, laid once more in more rounds (not reordered).
-    if (fastest_rails)
+    if (fastest_laid_rails)
       for (int finer : kFinerRails) {
         if (near()) break;
-        try_laid_rails(rails_of(jobs, *fastest_rails, finer));
+        try_laid_rails(rails_of(jobs, *fastest_laid_rails, finer));
       }
     if (std::isinf(best))
       throw std::logic_error(
