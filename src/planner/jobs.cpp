@@ -625,36 +625,36 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
 
 std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs) {
   const Cluster& cluster = batch.cluster;
-  // A job's transfers into their holders' hosts (each into one host that holds the slice, from
+  // Per job: its transfers into their holders' hosts (each into one host that holds the slice, from
   // holders there), where two or more hosts take in the same slice so.
-  const auto local = [&](const Job& job) {
-    std::vector<const Transfer*> local;
-    if (!job.only_copies_follow()) return local;
-    for (const Transfer& t : job.transfers)
+  std::vector<std::vector<const Transfer*>> shared_of(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (!jobs[j].only_copies_follow()) continue;
+    std::vector<const Transfer*>& local = shared_of[j];
+    for (const Transfer& t : jobs[j].transfers)
       if (!t.helpers.empty() && t.splittable && hosts_of(t.candidates, cluster).size() == 1)
         local.push_back(&t);
     if (local.size() < 2 || std::any_of(local.begin(), local.end(), [&](const Transfer* t) {
           return t->slice != local[0]->slice;
         }))
       local.clear();
-    return local;
-  };
+  }
   // Per host: the bytes its holders serve beside them, and of those, the bytes its receivers
   // could take from receivers on other hosts (each shared slice once per other host).
   std::map<int, double> served, shareable;
   std::map<int, std::set<DeviceId>> holders;
   std::map<int, std::set<int>> nics;  // those of the receivers of shared slices
-  for (const Job& job : jobs) {
-    const auto shared = local(job);
-    for (const Transfer& t : job.transfers) {
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (const Transfer& t : jobs[j].transfers) {
       if (t.helpers.empty() || hosts_of(t.candidates, cluster).size() != 1) continue;
       const int host = cluster.host_of(t.candidates[0]);
       served[host] += static_cast<double>(t.bytes);
       holders[host].insert(t.candidates.begin(), t.candidates.end());
     }
-    for (const Transfer* t : shared) {
+    for (const Transfer* t : shared_of[j]) {
       const int host = cluster.host_of(t->candidates[0]);
-      shareable[host] += static_cast<double>(t->bytes) * static_cast<double>(shared.size() - 1);
+      shareable[host] +=
+          static_cast<double>(t->bytes) * static_cast<double>(shared_of[j].size() - 1);
       for (DeviceId r : t->receivers) nics[host].insert(cluster.nic_of(r));
     }
   }
@@ -672,8 +672,9 @@ std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs
   // The parts that cross between hosts come first, in jobs of their own, so that the relays
   // have them to pass on while the holders serve the rest beside them.
   std::vector<Job> across, out;
-  for (const Job& job : jobs) {
-    const auto shared = local(job);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = jobs[j];
+    const std::vector<const Transfer*>& shared = shared_of[j];
     if (shared.empty()) {
       out.push_back(job);
       continue;
