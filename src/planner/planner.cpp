@@ -135,11 +135,11 @@ constexpr int64_t kRailRoundBuckets = 4;
 // also wait at the start. So the rails that made the fastest plan are laid once more in twice and
 // in four times as many rounds (up to as many times kMostRailRounds), where more latencies may
 // cost less than that wait (random suite seed 1104 r15 with two NICs, four receivers per host:
-// 1.069x -> 1.049x). Each wins where the other does not (over six seed sets with two and four
-// NICs, twice as many 26 cases faster than four times, 3 slower); eight times as many made no case
-// faster than four. Last, after the reordering: tried before it, such a plan, a little faster
-// than the best, took the reordering's place from a plan that the reordering would have made
-// faster still (seed 1220 r28 with four NICs 1.090x -> 1.152x).
+// 1.069x -> 1.049x). Each wins where the other does not (seeds 1101-1120, 1301-1320 and 901-920
+// with two and four NICs: twice as many 26 cases faster than four times, 3 slower); eight times
+// as many made no case faster than four. Last, after the reordering: tried before it, such a plan,
+// a little faster than the best, took the reordering's place from a plan that the reordering would
+// have made faster still (seed 1220 r28 with four NICs 1.090x -> 1.152x).
 constexpr std::array kFinerRails = {2, 4};
 // The rounds of detail::nic_shop's pieces: a NIC idles about a round at the start and the end.
 constexpr int kShopRounds = 32;
