@@ -516,6 +516,23 @@ TEST(LowerBoundTest, HoldersOnSomeNicsHandTheRestOverOneOpAtATime) {
   EXPECT_GE(simulate(make_plan(p)).time_s, 80.0 / 7);
 }
 
+TEST(LowerBoundTest, HostsThatHoldASliceTogetherHandItOverToTheirOtherNicsToo) {
+  // Devices 0 and 1 of host 0 and devices 4 and 5 of host 1 each hold a 64 B tensor whose eighths
+  // devices 8-15 of hosts 2 and 3 need; four NICs per host (1 B/s each, device l on NIC l), 4 B/s
+  // links. Each byte leaves host 0 or host 1 first from a device that holds it or was handed it
+  // over a device link: per host, NICs 0 and 1 carry at most 2T B in T s, NICs 2 and 3 what the
+  // holders hand over at a quarter port second a byte, 2T - 2T / 4. So 64 <= 2 x 3.5T and
+  // T >= 64/7 s, where the hosts' eight NICs alone gave 8 s (capacity(T) in the terms over sets of
+  // hosts of docs/concepts.md#lower-bound).
+  auto p = problem_of({16}, Mesh({4}, {0, 1, 4, 5}), "R", Mesh({8}, {8, 9, 10, 11, 12, 13, 14, 15}),
+                      "S0", 4, 4);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 64.0 / 7 + p.cluster.latency);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 64.0 / 7);
+}
+
 TEST(LowerBoundTest, TheSendPortsOfAHostCarryWhatLeavesItAndWhatItsDevicesTakeFromIt) {
   // Devices 0-3 of host 0 each hold a quarter (16 B) of a 64 B tensor that devices 0 and 3 and
   // device 4 of host 1 need; four NICs per host (1 B/s each, device l on NIC l), 4 B/s links. The

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <ranges>
 #include <set>
 #include <utility>
@@ -28,6 +27,93 @@ std::vector<double> host_in_bytes(const Resharding& problem, const std::vector<U
 
 namespace {
 
+// Whether no other device of `d`'s host is on its NIC (local device l on NIC l mod K).
+bool alone_on_its_nic(const Cluster& cluster, DeviceId d) {
+  const int nics = cluster.nics_of(cluster.host_of(d));
+  return cluster.local_of(d) % nics + nics >= cluster.devices_per_host;
+}
+
+// capacity(T) of docs/concepts.md#lower-bound (which has the proof): the most bytes host `host`
+// can send over its NICs in time T that cross a NIC for the first time, each having reached its
+// NIC from a holder of the host over device links only. `holders` are the host's devices that hold
+// a slice, by local index, each with the seconds of its send port that bytes only it holds and
+// only devices beside it need take. In time T a holder has P = T - those seconds of its port for
+// the host's bytes, which it sends over its own NIC at n = min(nic, dev) or hands over its device
+// link at dev to a device on a NIC without holders, which sends them on. Continuous, and grows
+// with T.
+class SendCapacity {
+ public:
+  SendCapacity(const Cluster& cluster, int host, const std::map<int, double>& holders)
+      : nics_(std::min(cluster.nics_of(host), cluster.devices_per_host)),
+        nic_(cluster.single_nic_bandwidth_of(host)),
+        dev_(cluster.device_bandwidth_of(cluster.device_id(host, 0))),
+        own_(std::min(nic_, dev_)),
+        all_nics_(cluster.nic_bandwidth_of(host)),
+        others_(static_cast<size_t>(nics_)),
+        busy_(static_cast<size_t>(nics_)) {
+    for (int n = 0; n < nics_; ++n) others_[n] = cluster.devices_on_nic(host, n);
+    for (const auto& [local, seconds] : holders) {
+      busy_[local % nics_].push_back(seconds);
+      --others_[local % nics_];
+    }
+  }
+
+  double operator()(double t) const {
+    double direct = 0;  // bytes the holders' NICs carry, their holders' ports all theirs
+    double staged = 0;  // what NICs without holders can carry, all of it handed over
+    double free = 0;    // holders' port seconds their NICs cannot use (full, or shared)
+    double port = 0;    // holders' port seconds in all
+    for (int n = 0; n < nics_; ++n) {
+      double held = 0;  // port seconds of the NIC's holders
+      for (double seconds : busy_[n]) held += std::max(0.0, t - seconds);
+      port += held;
+      if (busy_[n].empty()) {
+        staged += std::min(nic_, own_ * others_[n]) * t;
+      } else if (others_[n] == 0) {
+        direct += std::min(nic_ * t, own_ * held);
+        free += std::max(0.0, held - nic_ * t / own_);
+      } else {  // a NIC shared with devices that hold nothing: their hand-overs are not charged
+        direct += std::min(nic_ * t, own_ * (held + others_[n] * t));
+        free += held;
+      }
+    }
+    // Handed-over bytes take a holder's port at dev, less than their NIC time: the more the
+    // better, first from port time the holders' own NICs cannot use.
+    const double handed = std::min(staged, dev_ * port);
+    return direct + handed - own_ * std::max(0.0, handed / dev_ - free);
+  }
+
+  // What the host's NICs carry per second at most (capacity(T) <= this x T).
+  double nics() const { return all_nics_; }
+
+ private:
+  int nics_;
+  double nic_, dev_, own_, all_nics_;
+  std::vector<int> others_;                // per NIC: its devices that hold nothing
+  std::vector<std::vector<double>> busy_;  // per NIC: its holders' busy seconds
+};
+
+// The least time in which the hosts of `senders` (indices into `capacity`) together send `bytes`
+// that cross a NIC for the first time: the sum of their capacities is continuous and grows with T,
+// so bisection finds where it reaches `bytes`, and the lower end is returned.
+double least_send_time(const std::vector<SendCapacity>& capacity, const std::vector<int>& senders,
+                       double bytes) {
+  if (bytes <= 0) return 0;
+  double nics = 0;
+  for (int h : senders) nics += capacity[h].nics();
+  const auto sent = [&](double t) {
+    double sum = 0;
+    for (int h : senders) sum += capacity[h](t);
+    return sum;
+  };
+  double lo = bytes / nics;  // capacity(T) <= nic(h) T
+  double hi = 2 * lo;
+  for (int doubled = 0; sent(hi) < bytes && doubled < 64; ++doubled) hi *= 2;
+  for (double mid = lo + (hi - lo) / 2; lo < mid && mid < hi; mid = lo + (hi - lo) / 2)
+    (sent(mid) < bytes ? lo : hi) = mid;
+  return lo;
+}
+
 // Σ b over tasks of N and the hosts ∪ HS(t) that can send them (indices of a DenseIndex).
 class Pooled {
  public:
@@ -36,13 +122,12 @@ class Pooled {
     bytes_ += bytes;
     for (int h : senders) sender_[h] = true;
   }
-  // The bytes over the senders' sending bandwidth (`send`, per host index) together, seconds.
-  double bound(const std::vector<double>& send) const {
-    if (bytes_ <= 0) return 0;
-    double bandwidth = 0;
-    for (size_t h = 0; h < send.size(); ++h)
-      if (sender_[h]) bandwidth += send[h];
-    return bytes_ / bandwidth;
+  // The least time in which the senders together send the bytes (`capacity`, per host index).
+  double bound(const std::vector<SendCapacity>& capacity) const {
+    std::vector<int> senders;
+    for (size_t h = 0; h < sender_.size(); ++h)
+      if (sender_[h]) senders.push_back(static_cast<int>(h));
+    return least_send_time(capacity, senders, bytes_);
   }
 
  private:
@@ -91,7 +176,7 @@ class HeldInside {
     if (hs.size() < 2) return;  // only(h) covers one host
     groups_[{hs, hr}] += bytes;
   }
-  double bound(const std::vector<double>& send) const {
+  double bound(const std::vector<SendCapacity>& capacity) const {
     std::set<std::vector<int>> sets;
     for (const auto& [key, bytes] : groups_) sets.insert(key.first);
     double most = 0;
@@ -104,9 +189,7 @@ class HeldInside {
         if (std::includes(set.begin(), set.end(), key.first.begin(), key.first.end()) &&
             !std::includes(set.begin(), set.end(), key.second.begin(), key.second.end()))
           bytes += b;
-      double bandwidth = 0;
-      for (int h : set) bandwidth += send[h];
-      most = std::max(most, bytes / bandwidth);
+      most = std::max(most, least_send_time(capacity, set, bytes));
     }
     return most;
   }
@@ -114,83 +197,6 @@ class HeldInside {
  private:
   std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
 };
-
-// Whether no other device of `d`'s host is on its NIC (local device l on NIC l mod K).
-bool alone_on_its_nic(const Cluster& cluster, DeviceId d) {
-  const int nics = cluster.nics_of(cluster.host_of(d));
-  return cluster.local_of(d) % nics + nics >= cluster.devices_per_host;
-}
-
-// What host `host` can send over its NICs per second (send(h) of docs/concepts.md#lower-bound),
-// the rate by which the terms over sets of hosts divide: nic(h), but where `holder` is the host's
-// only device that holds any slice and no other device of the host is on its NIC, every byte the
-// host sends of its own leaves `holder` either over that NIC (at most `n` = min(nic, dev) per
-// second) or over its device link (at most dev), and the holder sends one op at a time: in time T
-// it sends `a` bytes over the NIC and `o - a` over the link with a / n + (o - a) / dev <= T, and
-// o - a <= T * rest (the host's other NICs), so o <= T * (n * (1 - rest / dev) + rest), or T * dev
-// where rest >= dev.
-double send_bandwidth(const Cluster& cluster, int host, std::optional<DeviceId> holder) {
-  const double nic = cluster.nic_bandwidth_of(host);
-  if (!holder || !alone_on_its_nic(cluster, *holder)) return nic;
-  const double dev = cluster.device_bandwidth_of(*holder);
-  const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
-  const double rest = nic - own;
-  return rest >= dev ? dev : own * (1 - rest / dev) + rest;
-}
-
-// The least time in which host `host` sends `bytes` of its own over its NICs (out(h) of
-// docs/concepts.md#lower-bound, which has the proof). `holders` are the host's devices that hold a
-// slice, by local index, each with the seconds of its send port that bytes only it holds and only
-// devices beside it need take. In time T a holder has P = T - those seconds of its port for the
-// host's bytes, which it sends over its own NIC at n = min(nic, dev) or hands over its device link
-// at dev to a device on a NIC without holders, which sends them on; the most the NICs carry
-// together, capacity(T), is continuous and grows with T, so bisection finds where it reaches
-// `bytes`, and the lower end is returned.
-double own_send_time(const Cluster& cluster, int host, double bytes,
-                     const std::map<int, double>& holders) {
-  const int nics = std::min(cluster.nics_of(host), cluster.devices_per_host);
-  const double nic = cluster.single_nic_bandwidth_of(host);
-  const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
-  const double own = std::min(nic, dev);
-  // Per NIC: its devices that hold nothing, and its holders' busy seconds.
-  std::vector<int> others(nics);
-  for (int n = 0; n < nics; ++n) others[n] = cluster.devices_on_nic(host, n);
-  std::vector<std::vector<double>> busy(nics);
-  for (const auto& [local, seconds] : holders) {
-    busy[local % nics].push_back(seconds);
-    --others[local % nics];
-  }
-  const auto capacity = [&](double t) {
-    double direct = 0;  // bytes the holders' NICs carry, their holders' ports all theirs
-    double staged = 0;  // what NICs without holders can carry, all of it handed over
-    double free = 0;    // holders' port seconds their NICs cannot use (full, or shared)
-    double port = 0;    // holders' port seconds in all
-    for (int n = 0; n < nics; ++n) {
-      double held = 0;  // port seconds of the NIC's holders
-      for (double seconds : busy[n]) held += std::max(0.0, t - seconds);
-      port += held;
-      if (busy[n].empty()) {
-        staged += std::min(nic, own * others[n]) * t;
-      } else if (others[n] == 0) {
-        direct += std::min(nic * t, own * held);
-        free += std::max(0.0, held - nic * t / own);
-      } else {  // a NIC shared with devices that hold nothing: their hand-overs are not charged
-        direct += std::min(nic * t, own * (held + others[n] * t));
-        free += held;
-      }
-    }
-    // Handed-over bytes take a holder's port at dev, less than their NIC time: the more the
-    // better, first from port time the holders' own NICs cannot use.
-    const double handed = std::min(staged, dev * port);
-    return direct + handed - own * std::max(0.0, handed / dev - free);
-  };
-  double lo = bytes / cluster.nic_bandwidth_of(host);  // capacity(T) <= nic(h) T
-  double hi = 2 * lo;
-  for (int doubled = 0; capacity(hi) < bytes && doubled < 64; ++doubled) hi *= 2;
-  for (double mid = lo + (hi - lo) / 2; lo < mid && mid < hi; mid = lo + (hi - lo) / 2)
-    (capacity(mid) < bytes ? lo : hi) = mid;
-  return lo;
-}
 
 // ports(h) of docs/concepts.md#lower-bound (which has the proof): the least time in which the send
 // ports of host `host`'s devices, one op at a time each, send `only` bytes out of the host (each
@@ -375,33 +381,25 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     }
     tensor_bounds.push_back(std::move(tensor_pooled));
   }
-  // send(h): each host's holders, one while a single device holds slices there; out(h): each
-  // host's holders and what of their ports serves devices beside them.
-  std::vector<std::optional<DeviceId>> holder(hosts.size());
-  std::vector<bool> several(hosts.size(), false);
+  // capacity(T) of each host (out(h) and the terms over sets of hosts): its holders and what of
+  // their ports serves devices beside them.
   std::vector<std::map<int, double>> busy(hosts.size());
   for (const UnitTask& t : std::views::join(tasks))
-    for (DeviceId d : t.senders) {
-      const int h = hosts.index_of(cluster.host_of(d));
-      if (holder[h] && *holder[h] != d) several[h] = true;
-      holder[h] = d;
-      busy[h][cluster.local_of(d)] =
+    for (DeviceId d : t.senders)
+      busy[hosts.index_of(cluster.host_of(d))][cluster.local_of(d)] =
           home_only[devices.index_of(d)] / cluster.device_bandwidth_of(d);
-    }
-  std::vector<double> send(hosts.size());
+  std::vector<SendCapacity> capacity;
+  capacity.reserve(static_cast<size_t>(hosts.size()));
   for (int h = 0; h < hosts.size(); ++h)
-    send[h] = send_bandwidth(cluster, static_cast<int>(hosts.id_at(h)),
-                             several[h] ? std::nullopt : holder[h]);
-  for (const Pooled& p : tensor_bounds) bound = std::max(bound, p.bound(send));
-  bound = std::max({bound, batch_pooled.bound(send), held.bound(send)});
+    capacity.emplace_back(cluster, static_cast<int>(hosts.id_at(h)), busy[h]);
+  for (const Pooled& p : tensor_bounds) bound = std::max(bound, p.bound(capacity));
+  bound = std::max({bound, batch_pooled.bound(capacity), held.bound(capacity)});
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     bound = std::max(bound, in[h] / nic);
   }
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0)
-      bound = std::max(bound,
-                       own_send_time(cluster, static_cast<int>(hosts.id_at(h)), only[h], busy[h]));
+    if (only[h] > 0) bound = std::max(bound, least_send_time(capacity, {h}, only[h]));
   for (int h = 0; h < hosts.size(); ++h)
     if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty())
       bound = std::max(bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h],
