@@ -1438,6 +1438,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   // cross hosts (what a stage has in stock).
   std::vector<std::vector<int>> pending(device.size());
   std::vector<int> stocked(device.size(), 0);
+  std::vector<int> coming(device.size(), 0);  // hand-overs on their way to each device
   const auto make_ready = [&](int s) {
     const Step& st = steps[s];
     auto& of = pending[st.from];
@@ -1543,7 +1544,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
             to_take = in_left[in];
             break;
           }
-        const bool low = stocked[st.to] < rules.stock;
+        const bool low =
+            stocked[st.to] + (rules.stock_counts_coming ? coming[st.to] : 0) < rules.stock;
         key = {low ? 0 : 3, low && rules.in_turn ? stocked[st.to] : 0, flows, -to_take};
       } else if (st.across) {
         const int in = nic_id(st.play->to);
@@ -1583,6 +1585,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       busy[d] = true;
       std::erase(pending[d], s);
       stocked[d] -= st.across;
+      coming[st.to] += st.play->hand_over;
       ++flows_to[st.to];
       to_left[st.to] -= bytes;
       if (st.across) {
@@ -1611,6 +1614,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       }
       const Step& st = steps[f.step];
       busy[st.from] = false;
+      coming[st.to] -= st.play->hand_over;
       --flows_to[st.to];
       if (st.across) {
         --flows_in[nic_id(st.play->to)];

@@ -147,7 +147,8 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
-// fewer than `stock` sends it could start; else a send into a NIC that takes nothing now, the one
+// fewer than `stock` sends it could start (with `stock_counts_coming`, counting the hand-overs on
+// their way to it as sends it could start); else a send into a NIC that takes nothing now, the one
 // with the most still to take in (or with `Sends::in_phases`, the one of the earliest phase; with
 // `Sends::to_idle_pairs`, also out of a NIC that no other device sends over now, as a send that
 // shares its own NIC halves the other's rate there too); else
@@ -171,6 +172,7 @@ enum class Turns { most_left_first, least_left_first };
 enum class Sends { to_idle_nics, in_phases, to_idle_pairs };
 struct PlayRules {
   int stock = 1;
+  bool stock_counts_coming = false;
   HandOvers hand_overs = HandOvers::in_order;
   bool in_turn = false;
   Turns turns = Turns::most_left_first;
