@@ -1475,9 +1475,9 @@ TEST(PlannerTest, TheFastestShopIsPlayedWithAStockOfTwenty) {
 // Devices 0, 1 and 2 of host 0 (of two hosts of four, four NICs) each hold a third of the tensor,
 // which devices 4, 5 and 6 of host 1 need. NIC 3 sends what the three holders hand its device:
 // each found its stock short while the others' hand-overs were on their way, and all three handed
-// over for 8 ms before sending over their own NICs (1.053x the bound); the fastest shop is also
-// played with stocks that count the hand-overs on their way (random suite seed 1105 r14).
-TEST(PlannerTest, TheFastestShopIsPlayedAgainWithStocksThatCountHandOversOnTheirWay) {
+// over for 8 ms before sending over their own NICs (1.053x the bound); each shop is also played
+// with stocks that count the hand-overs on their way (random suite seed 1105 r14).
+TEST(PlannerTest, ShopsArePlayedWithStocksThatCountHandOversOnTheirWayToo) {
   Resharding p =
       problem_of({268435460}, Mesh({1, 3}, {0, 1, 2}), "S01", Mesh({1, 3}, {4, 5, 6}), "S0", 2, 4);
   p.tensor.dtype = DType::float16;
