@@ -163,10 +163,11 @@ void add_local(const UnitTask& t, double bytes, const DenseIndex& hosts, const C
 }
 
 // held(S) of docs/concepts.md#lower-bound for each distinct set S of two or more hosts that hold
-// a task: the bytes of tasks held only inside S that a host outside S receives, over S's NIC
-// bandwidth. Tasks are grouped by (HS, HR) first; a batch of more than kMostTasks tasks, or more
-// than kMostChecks subset checks, is not looked at further (the term only raises the bound, so
-// leaving it out keeps a true bound): its cost grows with the distinct holder sets.
+// a task: the least time in which S's hosts together send the bytes of tasks held only inside S
+// that a host outside S receives (first(S, B), least_send_time). Tasks are grouped by (HS, HR)
+// first; a batch of more than kMostTasks tasks, or more than kMostChecks subset checks, is not
+// looked at further (the term only raises the bound, so leaving it out keeps a true bound): its
+// cost grows with the distinct holder sets.
 class HeldInside {
  public:
   static constexpr size_t kMostTasks = 4096;

@@ -159,10 +159,6 @@ constexpr int64_t kFinestRailRoundBuckets = 2;
 // a small one keeps a holder free to send over its own NIC, a large one keeps its stages' NICs
 // from idling while it does, and neither wins everywhere; the fastest shop is also played with a
 // stock of twenty, where its stages' NICs still ran dry.
-constexpr std::array<int, 3> kShopStocks = {3, 6, 10};
-constexpr std::array<int, 1> kMoreShopStocks = {20};
-constexpr int kRailStock = 1;
-constexpr std::array<int, 3> kMoreRailStocks = {2, 3, 5};
 // A stage's stock counts the sends it could start once their hand-overs arrive: several holders
 // that feed one stage at once each find it short and all hand over, which stocks it several times
 // over while their own NICs wait (three holders on NICs 0-2 handed eight pieces each to the stage
@@ -171,6 +167,10 @@ constexpr std::array<int, 3> kMoreRailStocks = {2, 3, 5};
 // stages wanted the deeper stock); so each shop is played both ways at each of its stocks, and
 // the fastest rails once more with a stock of one that counts them (with two and three as well:
 // one more case of three seed sets with four NICs, for 14% more planning time).
+constexpr std::array<int, 3> kShopStocks = {3, 6, 10};
+constexpr std::array<int, 1> kMoreShopStocks = {20};
+constexpr int kRailStock = 1;
+constexpr std::array<int, 3> kMoreRailStocks = {2, 3, 5};
 // How near the fastest rails the fastest laid another way (spread or not) must play to be laid
 // again in finer pieces and played again with the larger stocks too: both gain more on some ways
 // than on others (the stocks, seeds 1201-1220 with four NICs: 6 cases 1-2% faster, none slower;
