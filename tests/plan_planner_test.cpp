@@ -1670,5 +1670,20 @@ TEST(PlannerTest, TheFastestRailsAreLaidAgainInMoreRounds) {
   EXPECT_LE(order_ratio(p, true), 1.055);
 }
 
+// Devices 2, 1 and 7 (hosts 0, 0 and 1 of two hosts of four, two NICs) hold the thirds of the
+// tensor; devices 0 and 1 need its first half, devices 4 and 5 (host 1, one on each NIC) its
+// second. The sixth that device 1 holds of the second half goes to both receivers on host 1: on
+// rails host 0's NIC 0 sent 48 MiB of it and NIC 1 37 MiB (1.227x the bound). A slice bound for
+// several devices is now also played as a shop, one flow into each receiving host that enters
+// at its receivers on every NIC, each passing what it took in to the other (1.044x; random suite
+// seed 1108 r8).
+TEST(PlannerTest, ASliceForSeveralReceiversIsPlayedAsAShopToo) {
+  Resharding p = problem_of({3947582, 17}, Mesh({3}, {2, 1, 7}), "S0R", Mesh({2, 2}, {0, 1, 4, 5}),
+                            "S0R", 2, 4);
+  p.tensor.dtype = DType::int64;
+  p.cluster.nics_per_host = 2;
+  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.05) << split;
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -564,9 +564,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           try_plays(steps, of, {.stock = stock, .turns = turns, .sends = sends});
         }
     };
-    // Slices that each go to one receiver, spread over every NIC of their hosts by bytes or by
-    // the ports that carry them, through stages and forwards the greedy may not move (it sends a
-    // piece from its holder where that ends it soonest, which puts the pieces back on their
+    // Slices sent from their holders to each host that needs them (a shop: one flow per receiving
+    // host, passed on inside it to its receivers), spread over every NIC of their hosts by bytes
+    // or by the ports that carry them, through stages and forwards the greedy may not move (it
+    // sends a piece from its holder where that ends it soonest, which puts the pieces back on their
     // holders' NICs), and played device by device as the simulator plays them. With one NIC per
     // host too, and inside one host: the play alone, in pieces, can order what the greedy sends
     // whole (and one NIC levels the same way by bytes as by ports). Each also from any host that
@@ -578,206 +579,216 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // holder nothing: seed 1214 r14 with four NICs 1.110x -> 1.046x; over five seed sets with two
     // and four NICs, 3 to 8 cases better per set and 0 to 2 worse, within 1.05x still).
     const auto try_played = [&](const std::vector<detail::Job>& of) {
-      // The fastest play of the shop (time, steps, stock), of those laid with stages beside their
-      // holders and of those without.
-      struct FastestShop {
-        double time = 0;
-        std::vector<detail::PlayStep> steps;
-        int stock = 0;
-      };
-      std::array<std::optional<FastestShop>, 2> fastest_shops;
-      const auto try_shop = [&](detail::ShopLevel level, detail::Sources sources,
-                                detail::Funnel funnelled, bool stages_beside_holders) {
-        const auto shop = detail::nic_shop(batch, of, kShopRounds,
-                                           kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-                                           level, sources, funnelled, stages_beside_holders);
-        if (!shop) return false;
-        try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
-        // Levelled, also whole: one piece per pair of NICs, which the greedy sends as one op each
-        // in the order it finds. Where every receiving NIC and the busiest senders are at the
-        // bound, pieces taking turns left NICs short, while the slices whole, each device's in
-        // the right order, end together (seed 1303 r7 with one NIC, 1.167x -> 1.000x). Laid so
-        // for every shop, it came within 1.05x first where a later candidate came nearer (seeds
-        // 1301-1320 with two NICs: 5 cases worse, 2 better).
-        if (sources == detail::Sources::levelled_hosts)
-          if (const auto whole = detail::nic_shop(batch, of, 1, 0, level, sources, funnelled,
-                                                  stages_beside_holders))
-            try_candidate(detail::shop_jobs(batch, *whole, of), options, detail::Shape::chains,
-                          true);
-        auto steps = detail::shop_steps(*shop);
-        std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
-        for (int stock : kShopStocks)
-          for (bool counted : {false, true})
-            if (const double time =
-                    try_plays(steps, of, {.stock = stock, .stock_counts_coming = counted});
-                !fastest_stock || time < fastest_stock->first)
-              fastest_stock = {time, stock};
-        auto& fastest = fastest_shops[stages_beside_holders];
-        if (!fastest || fastest_stock->first < fastest->time)
-          fastest = FastestShop{fastest_stock->first, std::move(steps), fastest_stock->second};
-        return true;
-      };
-      // Laid by the ports, each way once more with stages beside the holders: a holder that hands
-      // the other NICs their shares over its link, or serves its neighbours, cannot keep its own
-      // NIC busy alone; laid only so, some larger shops played worse.
-      for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
-        if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, of)))
-          break;
-        bool any_shop = false;
-        for (detail::Sources sources : {detail::Sources::chosen_host, detail::Sources::any_host,
-                                        detail::Sources::levelled_hosts})
-          for (detail::Funnel funnelled :
-               {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
-            for (bool beside : {false, true}) {
-              if (near() || (beside && level != detail::ShopLevel::ports)) break;
-              any_shop = try_shop(level, sources, funnelled, beside) || any_shop;
-            }
-        if (!any_shop) break;
-      }
-      for (const auto& fastest : fastest_shops) {
-        if (!fastest) continue;
-        try_other_turns_and_sends(fastest->steps, of, fastest->stock);
-        for (int stock : kMoreShopStocks) {
-          if (near()) break;
-          try_plays(fastest->steps, of, {.stock = stock});
+      const auto try_shops = [&] {
+        // The fastest play of the shop (time, steps, stock), of those laid with stages beside their
+        // holders and of those without.
+        struct FastestShop {
+          double time = 0;
+          std::vector<detail::PlayStep> steps;
+          int stock = 0;
+        };
+        std::array<std::optional<FastestShop>, 2> fastest_shops;
+        const auto try_shop = [&](detail::ShopLevel level, detail::Sources sources,
+                                  detail::Funnel funnelled, bool stages_beside_holders) {
+          const auto shop = detail::nic_shop(
+              batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster),
+              level, sources, funnelled, stages_beside_holders);
+          if (!shop) return false;
+          try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
+          // Levelled, also whole: one piece per pair of NICs, which the greedy sends as one op each
+          // in the order it finds. Where every receiving NIC and the busiest senders are at the
+          // bound, pieces taking turns left NICs short, while the slices whole, each device's in
+          // the right order, end together (seed 1303 r7 with one NIC, 1.167x -> 1.000x). Laid so
+          // for every shop, it came within 1.05x first where a later candidate came nearer (seeds
+          // 1301-1320 with two NICs: 5 cases worse, 2 better).
+          if (sources == detail::Sources::levelled_hosts)
+            if (const auto whole = detail::nic_shop(batch, of, 1, 0, level, sources, funnelled,
+                                                    stages_beside_holders))
+              try_candidate(detail::shop_jobs(batch, *whole, of), options, detail::Shape::chains,
+                            true);
+          auto steps = detail::shop_steps(*shop);
+          std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
+          for (int stock : kShopStocks)
+            for (bool counted : {false, true})
+              if (const double time =
+                      try_plays(steps, of, {.stock = stock, .stock_counts_coming = counted});
+                  !fastest_stock || time < fastest_stock->first)
+                fastest_stock = {time, stock};
+          auto& fastest = fastest_shops[stages_beside_holders];
+          if (!fastest || fastest_stock->first < fastest->time)
+            fastest = FastestShop{fastest_stock->first, std::move(steps), fastest_stock->second};
+          return true;
+        };
+        // Laid by the ports, each way once more with stages beside the holders: a holder that hands
+        // the other NICs their shares over its link, or serves its neighbours, cannot keep its own
+        // NIC busy alone; laid only so, some larger shops played worse.
+        for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports}) {
+          if (near() || (level == detail::ShopLevel::ports && !any_into_several_nics(batch, of)))
+            break;
+          bool any_shop = false;
+          for (detail::Sources sources : {detail::Sources::chosen_host, detail::Sources::any_host,
+                                          detail::Sources::levelled_hosts})
+            for (detail::Funnel funnelled :
+                 {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
+              for (bool beside : {false, true}) {
+                if (near() || (beside && level != detail::ShopLevel::ports)) break;
+                any_shop = try_shop(level, sources, funnelled, beside) || any_shop;
+              }
+          if (!any_shop) break;
         }
-      }
-      // Slices with several receivers on rails whose pieces go host to host, played the same way;
-      // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
-      // hosts forward what they took in while the holders send the next pieces. Each also spread:
-      // receivers beside the holders staging pieces, and the holding host feeding several chains
-      // where one ring would have the receiving hosts forward most of it; and spread with the
-      // holders handing pieces to stages on their own NICs where they serve their hosts; and
-      // spread with the receivers beside the holders taking pieces back from the receiving hosts;
-      // not instead, as none wins everywhere.
-      // (Variants that give the steps of one played before are not played again.)
-      struct Played {
-        std::vector<detail::PlayStep> steps;
-        double time = 0;
-        detail::RailRules lay;
-      };
-      std::vector<Played> played;
-      const auto try_rails = [&](int rounds, const detail::RailRules& lay,
-                                 int64_t round_buckets = kRailRoundBuckets) {
-        auto steps = detail::rail_steps(batch, of, rounds,
-                                        round_buckets * default_bucket_bytes(batch.cluster), lay);
-        if (!steps) return std::numeric_limits<double>::infinity();
-        for (const Played& before : played)
-          if (before.steps == *steps) return before.time;
-        const double time = try_plays(*steps, of, {.stock = kRailStock});
-        played.push_back({std::move(*steps), time, lay});
-        return time;
-      };
-      std::optional<std::pair<double, detail::RailRules>> fastest_rails;
-      for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
-        for (detail::RailSpread how :
-             {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
-              detail::RailSpread::returning}) {
-          if (near()) break;
-          const double time = try_rails(kShopRounds, {pick, how});
-          if (time < std::numeric_limits<double>::infinity() &&
-              (!fastest_rails || time < fastest_rails->first))
-            fastest_rails = {time, {pick, how}};
+        for (const auto& fastest : fastest_shops) {
+          if (!fastest) continue;
+          try_other_turns_and_sends(fastest->steps, of, fastest->stock);
+          for (int stock : kMoreShopStocks) {
+            if (near()) break;
+            try_plays(fastest->steps, of, {.stock = stock});
+          }
         }
-      if (!fastest_rails) return;
-      // The fastest of the rails played so far that `keep` keeps, or -1.
-      const auto fastest_played_if = [&](const auto& keep) {
-        std::ptrdiff_t fastest = -1;
-        for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
-          if (keep(played[i]) && (fastest < 0 || played[i].time < played[fastest].time))
-            fastest = i;
-        return fastest;
       };
-      // The fastest laid another way than `how` (spread or not, not levelled), where it played
-      // within kOtherRailsWithin of `time`; else -1.
-      const auto near_other_way = [&](detail::RailSpread how, double time) {
-        const std::ptrdiff_t other = fastest_played_if([&](const Played& p) {
-          return p.lay.how != how && p.lay.level == detail::RailLevel::busiest;
-        });
-        return other >= 0 && played[other].time <= kOtherRailsWithin * time ? other : -1;
-      };
-      // The fastest rails once more with the hosts that have sent least relaying first: in host
-      // order one receiving host relayed two slices while another relayed none (neither order wins
-      // everywhere: played instead, 12 cases better and 15 worse with four NICs).
-      std::vector<detail::RailRules> fastest_lays = {fastest_rails->second};
-      if (const detail::RailRules relayed = {fastest_rails->second.pick, fastest_rails->second.how,
-                                             detail::RailRelays::least_sent_first};
-          !near() && try_rails(kShopRounds, relayed) < fastest_rails->first)
-        fastest_lays.push_back(relayed);
-      // And levelled: of chains that leave the busiest port or NIC about as busy, the one that
-      // loads the less busy ones (where the busiest was one that every chain used, the first
-      // chain tried took the piece, and the others' ports and NICs ended unevenly loaded). Where
-      // that plays faster it goes on to the finer and finest pieces, and its fastest play is
-      // played again, after the others' (it took their place: a spread within 5% of the fastest
-      // no longer was, and missed the larger stocks that had brought it to 1.096x, 919 r7).
-      std::vector<detail::RailRules> levelled_lays;
-      if (detail::RailRules levelled = fastest_rails->second; !near()) {
-        levelled.level = detail::RailLevel::levelled;
-        if (try_rails(kShopRounds, levelled) < fastest_rails->first)
-          levelled_lays.push_back(levelled);
-      }
-      // And the fastest laid another way (spread or not), where it played within kOtherRailsWithin
-      // of the fastest: finer pieces gain more on some ways than on others.
-      std::vector<detail::RailRules> finer_lays = fastest_lays;
-      finer_lays.insert(finer_lays.end(), levelled_lays.begin(), levelled_lays.end());
-      if (const std::ptrdiff_t other =
-              near_other_way(fastest_rails->second.how, fastest_rails->first);
-          other >= 0)
-        finer_lays.push_back(played[other].lay);
-      // The fastest rails (in both orders where the second was faster: in the faster order alone,
-      // 2 cases worse) once more in pieces half and a quarter as large: a host forwards a piece
-      // once it has taken it in, so the last piece reaches the end of a chain a piece's time per
-      // hop after it left, while NICs that have sent their share idle. Only the fastest ways, as
-      // each lay and play costs as much as the first (every other rails variant in halves too: 2
-      // more of 531 cases within 1.05x with two NICs, 17% more planning time; the one other way
-      // within 5%: seeds 1201-1220 with four NICs 8 cases better and 2 worse, 9% more; going on
-      // to the finest pieces and the stocks too, it took their place where they had won).
-      for (const detail::RailRules& lay : finer_lays)
-        for (int rounds : kFinerRailRounds) {
-          if (near()) break;
-          try_rails(rounds, lay);
+      const auto try_rails_all = [&] {
+        // Slices with several receivers on rails whose pieces go host to host, played the same way;
+        // with one NIC per host, one rail: a ring through the hosts that need each slice, whose
+        // hosts forward what they took in while the holders send the next pieces. Each also spread:
+        // receivers beside the holders staging pieces, and the holding host feeding several chains
+        // where one ring would have the receiving hosts forward most of it; and spread with the
+        // holders handing pieces to stages on their own NICs where they serve their hosts; and
+        // spread with the receivers beside the holders taking pieces back from the receiving hosts;
+        // not instead, as none wins everywhere.
+        // (Variants that give the steps of one played before are not played again.)
+        struct Played {
+          std::vector<detail::PlayStep> steps;
+          double time = 0;
+          detail::RailRules lay;
+        };
+        std::vector<Played> played;
+        const auto try_rails = [&](int rounds, const detail::RailRules& lay,
+                                   int64_t round_buckets = kRailRoundBuckets) {
+          auto steps = detail::rail_steps(batch, of, rounds,
+                                          round_buckets * default_bucket_bytes(batch.cluster), lay);
+          if (!steps) return std::numeric_limits<double>::infinity();
+          for (const Played& before : played)
+            if (before.steps == *steps) return before.time;
+          const double time = try_plays(*steps, of, {.stock = kRailStock});
+          played.push_back({std::move(*steps), time, lay});
+          return time;
+        };
+        std::optional<std::pair<double, detail::RailRules>> fastest_rails;
+        for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
+          for (detail::RailSpread how :
+               {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
+                detail::RailSpread::returning}) {
+            if (near()) break;
+            const double time = try_rails(kShopRounds, {pick, how});
+            if (time < std::numeric_limits<double>::infinity() &&
+                (!fastest_rails || time < fastest_rails->first))
+              fastest_rails = {time, {pick, how}};
+          }
+        if (!fastest_rails) return;
+        // The fastest of the rails played so far that `keep` keeps, or -1.
+        const auto fastest_played_if = [&](const auto& keep) {
+          std::ptrdiff_t fastest = -1;
+          for (std::ptrdiff_t i = 0; i < std::ssize(played); ++i)
+            if (keep(played[i]) && (fastest < 0 || played[i].time < played[fastest].time))
+              fastest = i;
+          return fastest;
+        };
+        // The fastest laid another way than `how` (spread or not, not levelled), where it played
+        // within kOtherRailsWithin of `time`; else -1.
+        const auto near_other_way = [&](detail::RailSpread how, double time) {
+          const std::ptrdiff_t other = fastest_played_if([&](const Played& p) {
+            return p.lay.how != how && p.lay.level == detail::RailLevel::busiest;
+          });
+          return other >= 0 && played[other].time <= kOtherRailsWithin * time ? other : -1;
+        };
+        // The fastest rails once more with the hosts that have sent least relaying first: in host
+        // order one receiving host relayed two slices while another relayed none (neither order
+        // wins everywhere: played instead, 12 cases better and 15 worse with four NICs).
+        std::vector<detail::RailRules> fastest_lays = {fastest_rails->second};
+        if (const detail::RailRules relayed = {fastest_rails->second.pick,
+                                               fastest_rails->second.how,
+                                               detail::RailRelays::least_sent_first};
+            !near() && try_rails(kShopRounds, relayed) < fastest_rails->first)
+          fastest_lays.push_back(relayed);
+        // And levelled: of chains that leave the busiest port or NIC about as busy, the one that
+        // loads the less busy ones (where the busiest was one that every chain used, the first
+        // chain tried took the piece, and the others' ports and NICs ended unevenly loaded). Where
+        // that plays faster it goes on to the finer and finest pieces, and its fastest play is
+        // played again, after the others' (it took their place: a spread within 5% of the fastest
+        // no longer was, and missed the larger stocks that had brought it to 1.096x, 919 r7).
+        std::vector<detail::RailRules> levelled_lays;
+        if (detail::RailRules levelled = fastest_rails->second; !near()) {
+          levelled.level = detail::RailLevel::levelled;
+          if (try_rails(kShopRounds, levelled) < fastest_rails->first)
+            levelled_lays.push_back(levelled);
         }
-      // The fastest play of rails, finer ones too, played again with larger stocks, and with every
-      // other pair of turns and sends (only the fastest: every variant played with the stocks cost
-      // half the planning time again with four NICs); where both relay orders went on, the fastest
-      // in host order too (else the stocks went to the other order alone: 1 case worse). Then the
-      // fastest rails in the finest pieces (in both orders where the second was faster), played
-      // again so too where they are now the fastest (laid before the larger stocks were played,
-      // they took them from rails that gained more from them: 3 cases worse with two NICs).
-      // The fastest of those laid in `relays` order, or of all, levelled or not:
-      const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt,
-                                      detail::RailLevel level = detail::RailLevel::busiest) {
-        return fastest_played_if([&](const Played& p) {
-          return (!relays || p.lay.relays == *relays) && p.lay.level == level;
-        });
-      };
-      const auto play_again = [&](std::ptrdiff_t i) {
-        for (int stock : kMoreRailStocks) try_plays(played[i].steps, of, {.stock = stock});
-        try_plays(played[i].steps, of, {.stock = kRailStock, .stock_counts_coming = true});
-        try_other_turns_and_sends(played[i].steps, of, kRailStock);
-      };
-      if (near()) return;
-      const std::ptrdiff_t fastest = fastest_played();
-      play_again(fastest);
-      if (const std::ptrdiff_t other =
-              near_other_way(played[fastest].lay.how, played[fastest].time);
-          other >= 0 && !near())
-        play_again(other);
-      if (fastest_lays.size() > 1)
-        if (const std::ptrdiff_t by_host = fastest_played(detail::RailRelays::by_host);
-            by_host != fastest && !near())
-          play_again(by_host);
-      if (near()) return;
-      fastest_lays.insert(fastest_lays.end(), levelled_lays.begin(), levelled_lays.end());
-      for (const detail::RailRules& lay : fastest_lays) {
+        // And the fastest laid another way (spread or not), where it played within
+        // kOtherRailsWithin of the fastest: finer pieces gain more on some ways than on others.
+        std::vector<detail::RailRules> finer_lays = fastest_lays;
+        finer_lays.insert(finer_lays.end(), levelled_lays.begin(), levelled_lays.end());
+        if (const std::ptrdiff_t other =
+                near_other_way(fastest_rails->second.how, fastest_rails->first);
+            other >= 0)
+          finer_lays.push_back(played[other].lay);
+        // The fastest rails (in both orders where the second was faster: in the faster order alone,
+        // 2 cases worse) once more in pieces half and a quarter as large: a host forwards a piece
+        // once it has taken it in, so the last piece reaches the end of a chain a piece's time per
+        // hop after it left, while NICs that have sent their share idle. Only the fastest ways, as
+        // each lay and play costs as much as the first (every other rails variant in halves too: 2
+        // more of 531 cases within 1.05x with two NICs, 17% more planning time; the one other way
+        // within 5%: seeds 1201-1220 with four NICs 8 cases better and 2 worse, 9% more; going on
+        // to the finest pieces and the stocks too, it took their place where they had won).
+        for (const detail::RailRules& lay : finer_lays)
+          for (int rounds : kFinerRailRounds) {
+            if (near()) break;
+            try_rails(rounds, lay);
+          }
+        // The fastest play of rails, finer ones too, played again with larger stocks, and with
+        // every other pair of turns and sends (only the fastest: every variant played with the
+        // stocks cost half the planning time again with four NICs); where both relay orders went
+        // on, the fastest in host order too (else the stocks went to the other order alone: 1 case
+        // worse). Then the fastest rails in the finest pieces (in both orders where the second was
+        // faster), played again so too where they are now the fastest (laid before the larger
+        // stocks were played, they took them from rails that gained more from them: 3 cases worse
+        // with two NICs). The fastest of those laid in `relays` order, or of all, levelled or not:
+        const auto fastest_played = [&](std::optional<detail::RailRelays> relays = std::nullopt,
+                                        detail::RailLevel level = detail::RailLevel::busiest) {
+          return fastest_played_if([&](const Played& p) {
+            return (!relays || p.lay.relays == *relays) && p.lay.level == level;
+          });
+        };
+        const auto play_again = [&](std::ptrdiff_t i) {
+          for (int stock : kMoreRailStocks) try_plays(played[i].steps, of, {.stock = stock});
+          try_plays(played[i].steps, of, {.stock = kRailStock, .stock_counts_coming = true});
+          try_other_turns_and_sends(played[i].steps, of, kRailStock);
+        };
         if (near()) return;
-        try_rails(kFinestRailRounds, lay, kFinestRailRoundBuckets);
-      }
-      const std::ptrdiff_t finest = fastest_played();
-      if (finest != fastest && !near()) play_again(finest);
-      if (const std::ptrdiff_t levelled = fastest_played(std::nullopt, detail::RailLevel::levelled);
-          levelled >= 0 && played[levelled].time < played[finest].time && !near())
-        play_again(levelled);
+        const std::ptrdiff_t fastest = fastest_played();
+        play_again(fastest);
+        if (const std::ptrdiff_t other =
+                near_other_way(played[fastest].lay.how, played[fastest].time);
+            other >= 0 && !near())
+          play_again(other);
+        if (fastest_lays.size() > 1)
+          if (const std::ptrdiff_t by_host = fastest_played(detail::RailRelays::by_host);
+              by_host != fastest && !near())
+            play_again(by_host);
+        if (near()) return;
+        fastest_lays.insert(fastest_lays.end(), levelled_lays.begin(), levelled_lays.end());
+        for (const detail::RailRules& lay : fastest_lays) {
+          if (near()) return;
+          try_rails(kFinestRailRounds, lay, kFinestRailRoundBuckets);
+        }
+        const std::ptrdiff_t finest = fastest_played();
+        if (finest != fastest && !near()) play_again(finest);
+        if (const std::ptrdiff_t levelled =
+                fastest_played(std::nullopt, detail::RailLevel::levelled);
+            levelled >= 0 && played[levelled].time < played[finest].time && !near())
+          play_again(levelled);
+      };
+      // Rails first where they apply: a shop sends a slice bound for several hosts from its
+      // holders to each of them, which wins only where the holders can send it that often.
+      try_rails_all();
+      try_shops();
     };
     try_played(jobs);
     if (!kept_tasks.empty() && !near())

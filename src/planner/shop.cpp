@@ -21,19 +21,33 @@ namespace {
 using Shares = std::vector<std::pair<int, double>>;
 
 // One slice crossing hosts: from `holders` (the chosen host's devices that hold it, or, laid by
-// ports from any host, every device that holds it) to `receiver`.
+// ports from any host, every device that holds it) to `receivers`, all on one host.
 struct Flow {
   const Job* job = nullptr;
   const Transfer* transfer = nullptr;
   std::vector<DeviceId> holders = {};
   std::vector<DeviceId> candidates = {};  // the devices of every host that hold it
-  DeviceId receiver = 0;
+  std::vector<DeviceId> receivers = {};
   // Devices that receive the slice by another transfer: none may stage or forward it, as it would
   // take those elements twice.
   std::vector<DeviceId> barred = {};
   Shares out = {};  // by the device of the holders' host that sends it over its NIC
-  Shares in = {};   // by the device of the receiver's host it enters at
+  Shares in = {};   // by the device of the receivers' host it enters at
   double bytes() const { return static_cast<double>(transfer->bytes); }
+  int home(const Cluster& c) const { return c.host_of(receivers[0]); }
+  bool receives(DeviceId d) const {
+    return std::find(receivers.begin(), receivers.end(), d) != receivers.end();
+  }
+  // The receiver on NIC `nic` of the receivers' host, if any.
+  std::optional<DeviceId> receiver_on(const Cluster& c, int nic) const {
+    for (DeviceId r : receivers)
+      if (c.nic_of(r) == nic) return r;
+    return std::nullopt;
+  }
+  // How many receivers a piece entering at `d` is forwarded to over the device link.
+  double forwards(DeviceId d) const {
+    return static_cast<double>(receivers.size()) - (receives(d) ? 1 : 0);
+  }
   bool holds(DeviceId d) const {
     return std::find(holders.begin(), holders.end(), d) != holders.end();
   }
@@ -292,6 +306,29 @@ void level_bytes(std::vector<Shares*> shares, int nics, CanTake can_take, FreeOn
   for (Shares* s : shares) std::erase_if(*s, [](const auto& share) { return share.second <= 0; });
 }
 
+// Per flow, the other flows of its job whose slices overlap its own (one slice into several hosts):
+// a device that stages one of them may not stage the others, or it would take those elements twice.
+std::vector<std::vector<size_t>> overlapping(const std::vector<Flow>& flows) {
+  std::map<const Job*, std::vector<size_t>> by_job;
+  for (size_t i = 0; i < flows.size(); ++i) by_job[flows[i].job].push_back(i);
+  std::vector<std::vector<size_t>> out(flows.size());
+  for (const auto& [job, of] : by_job)
+    for (size_t i : of)
+      for (size_t j : of)
+        if (i != j && !intersect(flows[i].transfer->slice, flows[j].transfer->slice).empty())
+          out[i].push_back(j);
+  return out;
+}
+
+// Whether device `d` stages one of the flows `others` (sends a share of it without holding it).
+bool stages_any(const std::vector<Flow>& flows, const std::vector<size_t>& others, DeviceId d) {
+  return std::any_of(others.begin(), others.end(), [&](size_t j) {
+    const Flow& g = flows[j];
+    return !g.holds(d) && std::any_of(g.out.begin(), g.out.end(),
+                                      [&](const auto& share) { return share.first == d; });
+  });
+}
+
 // The flows' shares by device, levelled by bytes (ShopLevel::bytes).
 void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
   std::map<int, std::vector<Flow*>> by_sender, by_receiver;
@@ -305,9 +342,9 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
     std::rotate(f.holders.begin(), first, std::next(first));
     nic_out[{host, c.nic_of(f.holders[0])}] += f.bytes();
     f.out = {{c.nic_of(f.holders[0]), f.bytes()}};
-    f.in = {{c.nic_of(f.receiver), f.bytes()}};
+    f.in = {{c.nic_of(f.receivers[0]), f.bytes()}};
     by_sender[host].push_back(&f);
-    by_receiver[c.host_of(f.receiver)].push_back(&f);
+    by_receiver[f.home(c)].push_back(&f);
   }
   // Each NIC's share to a holder on it, else to its device with the least to send that may stage
   // the slice (-1 where none may).
@@ -338,7 +375,7 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
     level_bytes(
         shares, used_nics(c, host),
         [&](size_t i, int nic) {
-          return c.nic_of(of[i]->receiver) == nic || stage(*of[i], host, nic) >= 0;
+          return of[i]->receiver_on(c, nic) || stage(*of[i], host, nic) >= 0;
         },
         [](size_t, int) { return false; });
   }
@@ -349,15 +386,22 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
           sending[d] += bytes;
           break;
         }
-  for (Flow& f : flows) {
+  // Flow by flow, each NIC's share to a holder on it, else to its stage, else (where that stage
+  // stages an overlapping flow laid before) to the first holder.
+  const auto overlaps = overlapping(flows);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    Flow& f = flows[i];
+    std::vector<size_t> before;
+    for (size_t j : overlaps[i])
+      if (j < i) before.push_back(j);
     for (auto& [n, bytes] : f.out) {
       const int nic = n;
       n = stage(f, c.host_of(f.holders[0]), nic);
       for (DeviceId d : f.holders)
         if (c.nic_of(d) == nic) n = d;
+      if (!f.holds(n) && stages_any(flows, before, n)) n = f.holders[0];
     }
-    for (auto& [n, bytes] : f.in)
-      n = c.nic_of(f.receiver) == n ? f.receiver : stage(f, c.host_of(f.receiver), n);
+    for (auto& [n, bytes] : f.in) n = f.receiver_on(c, n).value_or(stage(f, f.home(c), n));
   }
 }
 
@@ -374,7 +418,7 @@ void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
 bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
   std::map<std::pair<DeviceId, int>, double> sends;  // (device, receiving host) -> bytes
   for (const Flow& f : flows)
-    for (const auto& [d, bytes] : f.out) sends[{d, c.host_of(f.receiver)}] += bytes;
+    for (const auto& [d, bytes] : f.out) sends[{d, f.home(c)}] += bytes;
   std::vector<std::pair<double, std::pair<DeviceId, int>>> by_bytes;
   for (const auto& [key, bytes] : sends) by_bytes.emplace_back(bytes, key);
   std::stable_sort(by_bytes.begin(), by_bytes.end(),
@@ -412,7 +456,7 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
     count(f, -1);
     Shares out;
     for (const auto& [d, bytes] : f.out) {
-      const DeviceId e = chosen.at({c.host_of(d), c.nic_of(d), c.host_of(f.receiver)});
+      const DeviceId e = chosen.at({c.host_of(d), c.nic_of(d), f.home(c)});
       const bool may = e == d || (!f.bars(e) && (f.holds(e) || flows_sent[{f.job, e}] == 0));
       moved = moved || (may && e != d && (!spares || spare.contains(e)));
       add_share(out, may ? e : d, bytes);
@@ -438,7 +482,9 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   };
   const auto link_time = [&](DeviceId d, double bytes) { return bytes / c.device_bandwidth_of(d); };
   std::map<int, double> out, in;  // seconds of each NIC taken
-  const auto send_quantum = [&](Flow& f, double q) {
+  const auto overlaps = overlapping(flows);
+  const auto send_quantum = [&](size_t i, double q) {
+    Flow& f = flows[i];
     double best_time = 0;
     DeviceId best = -1;
     for (int host : hosts_of(f.holders, c))
@@ -446,7 +492,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
         const DeviceId d = c.device_id(host, l);
         // A device stages a NIC with a holder of the slice only where `beside_holders`.
         if (!f.holds(d) &&
-            (f.bars(d) ||
+            (f.bars(d) || stages_any(flows, overlaps[i], d) ||
              (!beside_holders && std::any_of(f.holders.begin(), f.holders.end(), [&](DeviceId h) {
                return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
              }))))
@@ -467,15 +513,15 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     if (!f.holds(best)) port[f.holder_beside(c, best)] += link_time(best, q);
   };
   const auto take_quantum = [&](Flow& f, double q) {
-    const int host = c.host_of(f.receiver);
+    const int host = f.home(c);
     double best_time = 0;
     DeviceId best = -1;
     for (int l = 0; l < c.devices_per_host; ++l) {
       const DeviceId d = c.device_id(host, l);
-      // The receiver's NIC is entered at the receiver, another NIC at any of its devices.
-      if (d != f.receiver && (c.nic_of(d) == c.nic_of(f.receiver) || f.bars(d))) continue;
+      // A receiver's NIC is entered at a receiver, another NIC at any of its devices.
+      if (!f.receives(d) && (f.receiver_on(c, c.nic_of(d)) || f.bars(d))) continue;
       double time = in[nic_id(d)] + nic_time(d, q);
-      if (d != f.receiver) time = std::max(time, port[d] + link_time(d, q));
+      if (f.forwards(d) > 0) time = std::max(time, port[d] + f.forwards(d) * link_time(d, q));
       if (best < 0 || time < best_time) {
         best_time = time;
         best = d;
@@ -483,7 +529,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     }
     add_share(f.in, best, q);
     in[nic_id(best)] += nic_time(best, q);
-    if (best != f.receiver) port[best] += link_time(best, q);
+    port[best] += f.forwards(best) * link_time(best, q);
   };
   for (int pass = 0; pass < kPasses; ++pass) {
     for (Flow& f : flows) {
@@ -495,11 +541,11 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       f.out.clear();
     }
     for (int i = 0; i < kQuanta; ++i)
-      for (Flow& f : flows) send_quantum(f, f.bytes() / kQuanta);
+      for (size_t f = 0; f < flows.size(); ++f) send_quantum(f, flows[f].bytes() / kQuanta);
     for (Flow& f : flows) {
       for (const auto& [d, bytes] : f.in) {
         in[nic_id(d)] -= nic_time(d, bytes);
-        if (d != f.receiver) port[d] -= link_time(d, bytes);
+        port[d] -= f.forwards(d) * link_time(d, bytes);
       }
       f.in.clear();
     }
@@ -592,10 +638,29 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
                              Funnel funnelled, bool stages_beside_holders) {
   const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
+  // Each transfer as one per receiving host: each receiver on a holding host takes the slice from
+  // a holder beside it; the receivers of another host take it from the holders as one flow.
+  std::deque<Transfer> per_host;  // the transfers cut so, which `order` points at
+  std::vector<std::pair<const Job*, const Transfer*>> order;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
-    for (const Transfer& t : job.transfers)
-      if (t.receivers.size() != 1) return std::nullopt;
+    for (const Transfer& t : job.transfers) {
+      if (t.receivers.size() == 1) {
+        order.emplace_back(&job, &t);
+        continue;
+      }
+      std::map<int, std::vector<DeviceId>> by_host;
+      for (DeviceId r : t.receivers) by_host[c.host_of(r)].push_back(r);
+      const std::vector<int> holding = hosts_of(t.candidates, c);
+      for (const auto& [h, receivers] : by_host) {
+        const bool holds = std::find(holding.begin(), holding.end(), h) != holding.end();
+        for (size_t i = 0; i < (holds ? receivers.size() : 1); ++i) {
+          per_host.push_back(t);
+          per_host.back().receivers = holds ? std::vector<DeviceId>{receivers[i]} : receivers;
+          order.emplace_back(&job, &per_host.back());
+        }
+      }
+    }
   }
   // Each slice from its receiver's host where that holds it (over the device link, from the
   // holder with the least to send beside it), else from the holding host with the least to send
@@ -604,9 +669,6 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   std::vector<Flow> flows;
   std::vector<double> host_out(c.hosts, 0);
   std::vector<double> port(c.devices(), 0);  // seconds of the ports sending beside them
-  std::vector<std::pair<const Job*, const Transfer*>> order;
-  for (const Job& job : jobs)
-    for (const Transfer& t : job.transfers) order.emplace_back(&job, &t);
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.second->bytes > b.second->bytes; });
   // The flow of `t` from `candidates` on the holding host with the least to send per NIC so far.
@@ -617,10 +679,13 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       if (const int h = c.host_of(d);
           host < 0 || host_out[h] / used_nics(c, h) < host_out[host] / used_nics(c, host))
         host = h;
-    Flow f{.job = job, .transfer = t, .candidates = candidates, .receiver = t->receivers[0]};
+    Flow f{.job = job, .transfer = t, .candidates = candidates, .receivers = t->receivers};
     for (DeviceId d : candidates)
       if (c.host_of(d) == host) f.holders.push_back(d);
-    f.barred = job->receivers_besides(*t);
+    // Every other receiver of the job's slices (those of `t` on other hosts too).
+    for (const Transfer& u : job->transfers)
+      for (DeviceId r : u.receivers)
+        if (!f.receives(r)) f.barred.push_back(r);
     host_out[host] += f.bytes();
     flows.push_back(std::move(f));
   };
@@ -649,7 +714,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
                            .holder = *beside,
                            .sender = *beside,
                            .entry = receiver,
-                           .receiver = receiver});
+                           .receivers = {receiver}});
   }
   std::deque<Transfer> levelled;  // the parts cut between hosts, which `flows` point at
   if (sources == Sources::levelled_hosts && !level_hosts(batch, flows, levelled))
@@ -669,7 +734,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   });
   if (!afar.empty()) {
     std::vector<double> host_in(c.hosts, 0);
-    for (const Flow& f : flows) host_in[c.host_of(f.receiver)] += f.bytes();
+    for (const Flow& f : flows) host_in[f.home(c)] += f.bytes();
     struct Home {
       std::set<DeviceId> holders;
       std::set<int> helpers;
@@ -678,7 +743,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     std::map<int, Home> homes;
     for (const auto& [i, help] : afar) {
       const ShopPiece& p = shop.beside[i];
-      Home& home = homes[c.host_of(p.receiver)];
+      Home& home = homes[c.host_of(p.entry)];
       home.holders.insert(p.holder);
       for (DeviceId d : help.second) home.helpers.insert(c.host_of(d));
       home.helpable += static_cast<double>(p.bytes);
@@ -717,10 +782,10 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       ShopPiece& p = shop.beside[i];
       const int longest = longest_dimension(p.slice);
       const Interval whole = p.slice.dims[longest];
-      const int64_t at = whole.hi - std::llround(static_cast<double>(whole.size()) *
-                                                 share.at(c.host_of(p.receiver)));
+      const int64_t at =
+          whole.hi - std::llround(static_cast<double>(whole.size()) * share.at(c.host_of(p.entry)));
       if (at >= whole.hi) continue;
-      Transfer part{.slice = p.slice, .receivers = {p.receiver}, .candidates = others};
+      Transfer part{.slice = p.slice, .receivers = p.receivers, .candidates = others};
       part.slice.dims[longest].lo = at;
       part.bytes = slice_bytes(batch, *p.job, part.slice);
       p.slice.dims[longest].hi = at;
@@ -813,8 +878,11 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     const std::vector<Box> cut = cut_at_weights(f.transfer->slice, weights);
     for (size_t p = 0; p < pairs.size(); ++p) {
       const auto [sender, entry] = pairs[p];
-      ShopPiece part{
-          .job = f.job, .holder = sender, .sender = sender, .entry = entry, .receiver = f.receiver};
+      ShopPiece part{.job = f.job,
+                     .holder = sender,
+                     .sender = sender,
+                     .entry = entry,
+                     .receivers = f.receivers};
       if (!f.holds(sender)) part.holder = f.holder_beside(c, sender);
       const auto bytes = static_cast<double>(slice_bytes(batch, *f.job, cut[p]));
       const auto whole = static_cast<size_t>(std::floor(bytes / piece));
@@ -843,7 +911,7 @@ std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vect
                    .task = p.job->task,
                    .transfers = {{.slice = p.slice,
                                   .bytes = p.bytes,
-                                  .receivers = {p.receiver},
+                                  .receivers = p.receivers,
                                   .candidates = {p.holder}}}});
   for (const ShopPiece& p : shop.across) {
     Transfer t{
@@ -853,8 +921,10 @@ std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vect
       t.through_stage = true;
     }
     Job job{.tensor = p.job->tensor, .task = p.job->task, .transfers = {t}, .round = p.round};
-    if (p.entry != p.receiver)
-      job.then.push_back(transfer_op({p.receiver}, 0, p.slice, *p.job, p.entry, batch, 0));
+    std::vector<DeviceId> onward = p.receivers;
+    std::erase(onward, p.entry);
+    if (!onward.empty())
+      job.then.push_back(transfer_op(std::move(onward), 0, p.slice, *p.job, p.entry, batch, 0));
     out.push_back(std::move(job));
   }
   std::stable_sort(out.begin(), out.end(),
@@ -869,7 +939,7 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
   std::vector<PlayStep> steps;
   for (const ShopPiece& p : shop.beside)
     steps.push_back(
-        {.job = p.job, .slice = p.slice, .bytes = p.bytes, .from = p.holder, .to = p.receiver});
+        {.job = p.job, .slice = p.slice, .bytes = p.bytes, .from = p.holder, .to = p.entry});
   for (const ShopPiece& p : shop.across) {
     const PlayStep step{.job = p.job, .slice = p.slice, .bytes = p.bytes};
     int after = -1;
@@ -884,13 +954,14 @@ std::vector<PlayStep> shop_steps(const Shop& shop) {
     steps.back().from = p.sender;
     steps.back().to = p.entry;
     steps.back().after = after;
-    if (p.entry != p.receiver) {
-      after = static_cast<int>(steps.size()) - 1;
-      steps.push_back(step);
-      steps.back().from = p.entry;
-      steps.back().to = p.receiver;
-      steps.back().after = after;
-    }
+    after = static_cast<int>(steps.size()) - 1;
+    for (DeviceId r : p.receivers)
+      if (r != p.entry) {
+        steps.push_back(step);
+        steps.back().from = p.entry;
+        steps.back().to = r;
+        steps.back().after = after;
+      }
   }
   return steps;
 }

@@ -1,5 +1,5 @@
-// Internal to the planner layer: slices that each go to one receiver, spread over every NIC of
-// their hosts and paired NIC to NIC (an open shop).
+// Internal to the planner layer: slices sent from their holders to each host that needs them,
+// spread over every NIC of those hosts and paired NIC to NIC (an open shop).
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,9 @@ enum class ShopLevel {
 };
 
 // A piece of a slice on its way: handed over the device link from `holder` to `sender` (where they
-// differ), sent over the NICs to `entry`, forwarded over the device link to `receiver` (where they
-// differ). A piece into its holder's own host goes from `holder` (== sender) to `receiver` (==
-// entry) over the device link.
+// differ), sent over the NICs to `entry`, forwarded over the device link to each of `receivers`
+// (all on one host) but the entry. A piece into its holder's own host goes from `holder` (==
+// sender) to its one receiver (== entry) over the device link.
 struct ShopPiece {
   const Job* job = nullptr;
   Box slice = {};
@@ -28,7 +28,7 @@ struct ShopPiece {
   DeviceId holder = 0;
   DeviceId sender = 0;
   DeviceId entry = 0;
-  DeviceId receiver = 0;
+  std::vector<DeviceId> receivers = {};
   int round = 0;  // its place among the pieces of its pair of NICs
 };
 
@@ -39,8 +39,13 @@ struct Shop {
   std::vector<ShopPiece> across;
 };
 
-// The pieces of `jobs` where every transfer has one receiver and only copies follow (else nullopt;
-// also where no slice moves):
+// The pieces of `jobs` where only copies follow (else nullopt; also where no slice moves), each
+// transfer taken as one per receiving host: a receiver on a host that holds the slice takes it from
+// a holder beside it, the receivers of another host together by one flow, which enters that host at
+// them (one on each of their NICs) and at a device of each NIC without one, and is passed on from
+// where it entered to the host's other receivers over the device link (no receiving host relays a
+// slice to another: rails do that). A device stages one flow of a slice at most, or it would take
+// its elements twice. Then:
 // - each slice goes from its receiver's host where that holds it (cut into pieces of the busiest
 //   such holder's bytes / `rounds`, at least `min_piece_bytes`), else from the holding host with
 //   the least to send per NIC so far (largest slices first);
@@ -48,8 +53,8 @@ struct Shop {
 //   by a holder of the slice there, else by the device of that NIC with the least to send (a
 //   stage, handed the piece by a holder; with ShopLevel::ports and `stages_beside_holders`, a
 //   stage may also share a holder's NIC, whose port may be busy handing over); each host's
-//   receiving likewise, entering at the receiver on its own NIC and at a device that forwards it
-//   on the others;
+//   receiving likewise, entering at a receiver on its NIC and at a device that forwards it on the
+//   others;
 // - what a slice sends by each NIC and takes in by each NIC are paired in order (the north-west
 //   corner rule: the fewest cuts), and each pair cut into pieces of the busiest NIC's bytes /
 //   `rounds` (at least `min_piece_bytes`), so that pieces of one size take turns.
