@@ -1,0 +1,82 @@
+// Every shop and every rails the planner plays deliver each destination element exactly once, on
+// random layouts with one, two and four NICs per host. The planner drops a candidate that does
+// not (its stages, relays and forwards are laid by heuristics), so a lay that loses or doubles
+// bytes would only show as a slower plan; here it fails.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "jobs.h"
+#include "meshcast/error.h"
+#include "meshcast/plan/validate.h"
+#include "meshcast/suites/bench.h"
+#include "shop.h"
+
+namespace meshcast {
+namespace {
+
+// The ops of `steps` played as a plan of `batch`: an exception names what is wrong.
+void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& steps,
+                     const std::vector<detail::Job>& jobs) {
+  Plan plan;
+  plan.batch = batch;
+  plan.ops = detail::play_steps(batch, steps, jobs, {.stock = 3});
+  for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
+  validate_plan(plan);
+}
+
+TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
+  int shops = 0, several_receivers = 0, rails = 0;
+  for (int nics : {1, 2, 4})
+    for (const BenchCase& c : random_suite(1105, 30)) {
+      Resharding p = c.problem;
+      p.cluster.nics_per_host = nics;
+      const Batch batch = Batch::of_one(p);
+      for (bool gather : {true, false}) {
+        const std::vector<detail::Job> jobs =
+            detail::make_jobs(batch, decompose(batch), Strategy::broadcast, gather);
+        bool multi = false;
+        for (const detail::Job& job : jobs)
+          for (const detail::Transfer& t : job.transfers) multi = multi || t.receivers.size() > 1;
+        for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports})
+          for (detail::Sources sources : {detail::Sources::chosen_host, detail::Sources::any_host,
+                                          detail::Sources::levelled_hosts})
+            for (detail::Funnel funnel :
+                 {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
+              for (bool beside : {false, true}) {
+                const auto shop =
+                    detail::nic_shop(batch, jobs, 8, 0, level, sources, funnel, beside);
+                if (!shop) continue;
+                ++shops;
+                several_receivers += multi;
+                EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
+                    << c.label << " " << c.description << " with " << nics << " NICs, level "
+                    << static_cast<int>(level) << " sources " << static_cast<int>(sources)
+                    << " funnel " << static_cast<int>(funnel) << " beside " << beside;
+              }
+        for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
+          for (detail::RailSpread how :
+               {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
+                detail::RailSpread::returning})
+            for (detail::RailRelays relays :
+                 {detail::RailRelays::by_host, detail::RailRelays::least_sent_first}) {
+              const auto steps = detail::rail_steps(batch, jobs, 8, 0,
+                                                    {.pick = pick, .how = how, .relays = relays});
+              if (!steps) continue;
+              ++rails;
+              EXPECT_NO_THROW(validate_played(batch, *steps, jobs))
+                  << c.label << " " << c.description << " with " << nics << " NICs, pick "
+                  << static_cast<int>(pick) << " how " << static_cast<int>(how) << " relays "
+                  << static_cast<int>(relays);
+            }
+      }
+    }
+  // The layouts reach both kinds of lay, and shops of slices with several receivers.
+  EXPECT_GT(shops, 100);
+  EXPECT_GT(several_receivers, 50);
+  EXPECT_GT(rails, 100);
+}
+
+}  // namespace
+}  // namespace meshcast
