@@ -554,6 +554,23 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   }
 }
 
+// The receivers of `t` by host: on hosts that do not hold its slice (`away`, which take it over
+// their NICs), and on hosts that do (`beside`, which take it from a holder over device links).
+struct ReceiversByHost {
+  std::map<int, std::vector<DeviceId>> away;
+  std::map<int, std::vector<DeviceId>> beside;
+};
+ReceiversByHost receivers_by_host(const Transfer& t, const Cluster& c) {
+  const std::vector<int> holding = hosts_of(t.candidates, c);
+  ReceiversByHost out;
+  for (DeviceId r : t.receivers) {
+    const int h = c.host_of(r);
+    const bool held = std::find(holding.begin(), holding.end(), h) != holding.end();
+    (held ? out.beside : out.away)[h].push_back(r);
+  }
+  return out;
+}
+
 // The phases of an open shop that may cut its work anywhere: `load[a][b]`, what sending NIC `a`
 // sends into receiving NIC `b`, cut into matchings (each sending NIC into at most one receiving NIC
 // at a time, each receiving NIC from at most one) whose lengths add up to the busiest NIC's load,
@@ -649,17 +666,17 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
         order.emplace_back(&job, &t);
         continue;
       }
-      std::map<int, std::vector<DeviceId>> by_host;
-      for (DeviceId r : t.receivers) by_host[c.host_of(r)].push_back(r);
-      const std::vector<int> holding = hosts_of(t.candidates, c);
-      for (const auto& [h, receivers] : by_host) {
-        const bool holds = std::find(holding.begin(), holding.end(), h) != holding.end();
-        for (size_t i = 0; i < (holds ? receivers.size() : 1); ++i) {
-          per_host.push_back(t);
-          per_host.back().receivers = holds ? std::vector<DeviceId>{receivers[i]} : receivers;
-          order.emplace_back(&job, &per_host.back());
-        }
-      }
+      const auto [away, beside] = receivers_by_host(t, c);
+      const auto add = [&](std::vector<DeviceId> receivers) {
+        per_host.push_back(t);
+        per_host.back().receivers = std::move(receivers);
+        order.emplace_back(&job, &per_host.back());
+      };
+      for (int h : hosts_of(t.receivers, c))  // in host order
+        if (const auto it = away.find(h); it != away.end())
+          add(it->second);
+        else
+          for (DeviceId r : beside.at(h)) add({r});
     }
   }
   // Each slice from its receiver's host where that holds it (over the device link, from the
@@ -1427,16 +1444,14 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   for (size_t w : sequence) {
     const auto& [job, t] = (*work)[w];
     layer.release_own(t, own[w]);
+    auto [away, beside] = receivers_by_host(t, c);
     RailSlice s{.job = job,
                 .t = &t,
                 .holding = hosts_of(t.candidates, c),
+                .away = std::move(away),
+                .beside = std::move(beside),
                 .pieces = static_cast<int>(
                     std::max<double>(1, std::ceil(static_cast<double>(t.bytes) / piece)))};
-    for (DeviceId r : t.receivers) {
-      const int h = c.host_of(r);
-      const bool held = std::find(s.holding.begin(), s.holding.end(), h) != s.holding.end();
-      (held ? s.beside : s.away)[h].push_back(r);
-    }
     if (s.away.empty()) {
       layer.lay_home(s);
       continue;
