@@ -143,10 +143,15 @@ std::vector<BenchCase> single_sender_suite() {
   return suite;
 }
 
-std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices, int64_t bytes) {
+std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices, int64_t bytes,
+                                    int devices_per_host) {
   if (count <= 0) throw InvalidArgument(fmt::format("bad --count {}: expected > 0", count));
   if (max_devices < 1)
     throw InvalidArgument(fmt::format("bad device bound {}: expected >= 1", max_devices));
+  if (devices_per_host < 0 || (devices_per_host > 0 && max_devices % devices_per_host != 0))
+    throw InvalidArgument(fmt::format(
+        "bad --devices-per-host {}: expected a count > 0 that divides the {} devices allowed",
+        devices_per_host, max_devices));
   if (bytes < 1) throw InvalidArgument(fmt::format("bad tensor size {} B: expected >= 1", bytes));
   std::mt19937 rng(seed);
   const auto pick = [&rng](int64_t lo, int64_t hi) {
@@ -160,12 +165,13 @@ std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices, i
                                             DType::float32, DType::float64};
   std::vector<BenchCase> suite;
   for (int i = 0; i < count; ++i) {
-    // The cluster: 4, 2 or 1 devices per host (what divides the bound), at most 8 hosts.
+    // The cluster: the devices per host asked for, else 4, 2 or 1 (what divides the bound); at
+    // most 8 hosts.
     std::vector<int> per_host;
     for (int g : {4, 2})
       if (max_devices % g == 0) per_host.push_back(g);
     if (per_host.empty()) per_host.push_back(1);
-    const int g = per_host[rng() % per_host.size()];
+    const int g = devices_per_host > 0 ? devices_per_host : per_host[rng() % per_host.size()];
     const int hosts = static_cast<int>(pick(1, std::min(8, max_devices / g)));
     Resharding p;
     p.cluster = paper_cluster(hosts);

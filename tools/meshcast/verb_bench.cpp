@@ -29,6 +29,7 @@ struct BenchOptions {
   std::string suite = "paper";
   unsigned seed = 1;
   int count = 10;
+  int devices_per_host = 0;  // random: 0 = 4, 2 or 1, drawn per case
   std::string cases;
   std::string strategies;
   bool grow = false;
@@ -328,6 +329,10 @@ void run_weights(const BenchOptions& o) {
 
 void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
+  if (o.devices_per_host > 0 && (o.suite != "random" || o.grow || !o.batch_file.empty()))
+    throw InvalidArgument(fmt::format(
+        "bad --devices-per-host {} with suite '{}': expected --suite random (its cases' hosts)",
+        o.devices_per_host, o.batch_file.empty() ? o.suite : "--batch"));
   if (o.suite == "weights" || o.suite == "weights-moe" || !o.batch_file.empty())
     return run_weights(o);
   if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
@@ -360,10 +365,14 @@ void run_bench(const BenchOptions& o) {
     suite = single_sender_suite();
   } else if (o.suite == "random") {
     // local/mpi: tensors of the size the real backends play (described as played); under MPI
-    // every case fits the ranks started.
-    suite = executor ? random_suite(o.seed, o.count, o.backend == "mpi" ? ranks : 32,
-                                    o.bytes > 0 ? o.bytes : default_bytes(links))
-                     : random_suite(o.seed, o.count);
+    // every case fits the ranks started. Hosts of the devices asked for number up to 8.
+    const int max_devices =
+        o.backend == "mpi" ? ranks : (o.devices_per_host > 0 ? 8 * o.devices_per_host : 32);
+    suite =
+        executor
+            ? random_suite(o.seed, o.count, max_devices,
+                           o.bytes > 0 ? o.bytes : default_bytes(links), o.devices_per_host)
+            : random_suite(o.seed, o.count, max_devices, int64_t{512} << 20, o.devices_per_host);
   } else {
     throw InvalidArgument(fmt::format(
         "bad --suite '{}': expected paper, single-sender, random, weights or weights-moe",
@@ -430,6 +439,10 @@ void add_bench_verb(CLI::App& app) {
   verb->add_option("--seed", o->seed, "Seed of the random suite")->capture_default_str();
   verb->add_option("--count", o->count, "Cases of the random suite")
       ->capture_default_str()
+      ->check(in_range(1));
+  verb->add_option("--devices-per-host", o->devices_per_host,
+                   "Devices per host of every case of the random suite (default: 4, 2 or 1, drawn "
+                   "per case)")
       ->check(in_range(1));
   verb->add_option("--cases", o->cases, "Paper cases to run, e.g. 1,7 (default: all)");
   verb->add_option("--strategies", o->strategies,

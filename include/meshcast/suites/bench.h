@@ -33,10 +33,11 @@ std::vector<BenchCase> single_sender_suite();
 // leave some parts empty; 1-D and 2-D meshes placed by default on disjoint hosts, overlapping
 // (sharing devices), or on explicit shuffled device lists; specs splitting a dim over one or two
 // axes in either order or nested (S0/1); half the cases planned with `split`. Clusters of the
-// paper's link figures with 4, 2 or 1 devices per host (what divides `max_devices`), at most 8
-// hosts and `max_devices` devices.
+// paper's link figures with 4, 2 or 1 devices per host (what divides `max_devices`), or with
+// `devices_per_host` each where that is given (> 0; it must divide `max_devices`), at most 8 hosts
+// and `max_devices` devices.
 std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices = 32,
-                                    int64_t bytes = int64_t{512} << 20);
+                                    int64_t bytes = int64_t{512} << 20, int devices_per_host = 0);
 // The paper's cases with both meshes grown so that a 2-host mesh becomes `hosts` hosts of 8
 // devices, and dim 0 grown with them (same bytes per host); then, whatever `numbers` holds, case
 // "s": `(hosts,8) S0RS1 -> (hosts,8) S01RR` of a float16 tensor `8*hosts x 1024 x 512` (64 * hosts
