@@ -611,6 +611,34 @@ TEST(LowerBoundTest, ADeviceTakesInFromAfarOnlyOverItsOwnNic) {
   EXPECT_NEAR(lower_bound(p, decompose(p)), ports + p.cluster.latency, 1e-9);
 }
 
+TEST(LowerBoundTest, HoldersTogetherSendWhatOnlyTheyHoldThroughTheirOwnLinks) {
+  // Devices 0 and 1 of one host of 8 hold a 64 B tensor whose eighths all 8 devices need (4 B/s
+  // links): the 48 B of devices 2-7 leave device 0 or 1 by its out-link, 48 B over 8 B/s, 6 s,
+  // where each receiver's link gave 2 s and the 8 ports together 1.5 s (dev_held(S) of
+  // docs/concepts.md#lower-bound). Each holder sending three eighths reaches it.
+  auto p = problem_of({16}, Mesh({2}, {0, 1}), "R", Mesh({8}, first_devices(8)), "S0", 1, 8);
+  p.cluster.device_bandwidth = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 6 + p.cluster.latency);
+  const double time = simulate(make_plan(p)).time_s;
+  EXPECT_GE(time, 6);
+  EXPECT_LE(time, 1.01 * lower_bound(p, decompose(p)));
+  // With device 2 a third holder, its own eighth needs no link: 40 B over 12 B/s.
+  auto three = problem_of({16}, Mesh({3}, {0, 1, 2}), "R", Mesh({8}, first_devices(8)), "S0", 1, 8);
+  three.cluster.device_bandwidth = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(three, decompose(three)), 40.0 / 12 + three.cluster.latency);
+  // Random suite seed 1516 r29 on hosts of 8 devices (`bench --suite random --devices-per-host
+  // 8`): two holders of a 512 MiB int32 tensor and a destination S0 over the 8 devices of their
+  // host, 3.0x the bound that counted each device's link alone, 1.001x this one.
+  auto r29 = problem_of({11184815, 2, 6}, Mesh({2}, {0, 1}), "RRR", Mesh({8}, first_devices(8)),
+                        "S0RR", 6, 8);
+  const double bound = lower_bound(r29, decompose(r29));
+  EXPECT_NEAR(
+      bound,
+      6 * (r29.tensor.bytes() / 8.0) / (2 * r29.cluster.device_bandwidth) + r29.cluster.latency,
+      1e-6);
+  EXPECT_LE(simulate(make_plan(r29)).time_s, 1.01 * bound);
+}
+
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   // 64 B over 1 B/s links with a 3 s latency: 64 s of bandwidth plus one latency.
   auto p = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {2}), "R", 2, 2);

@@ -199,6 +199,35 @@ class HeldInside {
   std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
 };
 
+// dev_held(S) of docs/concepts.md#lower-bound for each distinct set S of two or more devices that
+// hold a task: the bytes of tasks whose senders are all in S and that a device which does not hold
+// them receives leave some device of S by its out-link at least once, so S's links together need
+// them / Σ dev. Under the same limits as HeldInside (the singletons are dev_only's).
+class HeldByDevices {
+ public:
+  // `senders` as ascending indices of devices whose links carry `dev` each (a DenseIndex's).
+  void add(double bytes, const std::vector<int>& senders) { groups_[senders] += bytes; }
+  double bound(const std::vector<double>& dev) const {
+    double most = 0;
+    int64_t checks = 0;
+    for (const auto& [set, ignored] : groups_) {
+      if (checks > HeldInside::kMostChecks) break;
+      if (set.size() < 2) continue;
+      checks += static_cast<int64_t>(groups_.size());
+      double bytes = 0;
+      for (const auto& [senders, b] : groups_)
+        if (std::includes(set.begin(), set.end(), senders.begin(), senders.end())) bytes += b;
+      double links = 0;
+      for (int d : set) links += dev[static_cast<size_t>(d)];
+      most = std::max(most, bytes / links);
+    }
+    return most;
+  }
+
+ private:
+  std::map<std::vector<int>, double> groups_;
+};
+
 // ports(h) of docs/concepts.md#lower-bound (which has the proof): the least time in which the send
 // ports of host `host`'s devices, one op at a time each, send `only` bytes out of the host (each
 // at most min(nic, dev) per second) and pass on over device links what its devices take in
@@ -317,6 +346,8 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   size_t task_count = 0;
   for (const auto& of_tensor : tasks) task_count += of_tensor.size();
   HeldInside held;
+  HeldByDevices device_held;
+  std::vector<int> senders;  // a task's senders as device indices, ascending
   const bool hold_sets = task_count <= HeldInside::kMostTasks;
   double bound = 0;
   std::vector<Pooled> tensor_bounds;
@@ -370,6 +401,12 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           on_rail(stays ? stay : receipts, hosts.index_of(cluster.host_of(d)), d) += b;
         }
       if (stays) stay_takers[hs[0]] = std::max(stay_takers[hs[0]], taking);
+      if (hold_sets && taking > 0) {
+        senders.clear();
+        for (DeviceId d : t.senders) senders.push_back(devices.index_of(d));
+        std::sort(senders.begin(), senders.end());
+        device_held.add(b, senders);
+      }
       port_seconds += b * (entries / across + (taking - entries) / inside);
       // A sole holder sends every byte some other receiver needs at least once.
       if (t.senders.size() == 1 && std::any_of(t.receivers.begin(), t.receivers.end(),
@@ -406,6 +443,11 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       bound = std::max(bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h],
                                          receipts[h], stay[h], stay_takers[h]));
   bound = std::max(bound, port_seconds / cluster.devices());
+  std::vector<double> dev(static_cast<size_t>(devices.size()));
+  for (int d = 0; d < devices.size(); ++d)
+    dev[static_cast<size_t>(d)] =
+        cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d)));
+  bound = std::max(bound, device_held.bound(dev));
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
     const double dev = cluster.device_bandwidth_of(id);
