@@ -16,14 +16,18 @@
 namespace meshcast {
 namespace {
 
-// The ops of `steps` played as a plan of `batch`: an exception names what is wrong.
+// The ops of `steps` played as a plan of `batch`, with forwards after the sends over the NICs and
+// between them: an exception names what is wrong.
 void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& steps,
                      const std::vector<detail::Job>& jobs) {
-  Plan plan;
-  plan.batch = batch;
-  plan.ops = detail::play_steps(batch, steps, jobs, {.stock = 3});
-  for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
-  validate_plan(plan);
+  for (detail::Forwards forwards :
+       {detail::Forwards::after_sends, detail::Forwards::between_sends}) {
+    Plan plan;
+    plan.batch = batch;
+    plan.ops = detail::play_steps(batch, steps, jobs, {.stock = 3, .forwards = forwards});
+    for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
+    validate_plan(plan);
+  }
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {

@@ -1571,6 +1571,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<bool> busy(device.size(), false);
   std::map<int, int> flows_in, flows_out;         // active sends into and out of each NIC
   std::vector<int> flows_to(device.size(), 0);    // active steps into each device
+  std::vector<int> inside_to(device.size(), 0);   // those of them inside its host
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
   // Max-min fair rates by progressive filling of the links the active steps share.
@@ -1641,8 +1642,11 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
                   ? std::tuple{n == 0 ? 1 : 4, 0, phase_of[s], static_cast<double>(n)}
                   : std::tuple{n == 0 ? 1 : 4, 0, n, -in_left[in]};
       } else {
-        // Into the device that takes in least now, then has the most still to take in.
-        key = {2, 0, flows_to[st.to], -to_left[st.to]};
+        // Into the device that takes in least now, then has the most still to take in; with
+        // Forwards::between_sends, before sends over the NICs where nothing else inside the host
+        // goes into that device now.
+        const bool between = rules.forwards == Forwards::between_sends && inside_to[st.to] == 0;
+        key = {between ? 0 : 2, 0, flows_to[st.to], -to_left[st.to]};
       }
       if (best < 0 || key < best_key) {
         best = s;
@@ -1673,6 +1677,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       stocked[d] -= st.across;
       coming[st.to] += st.play->hand_over;
       ++flows_to[st.to];
+      inside_to[st.to] += !st.across;
       to_left[st.to] -= bytes;
       if (st.across) {
         ++flows_in[nic_id(st.play->to)];
@@ -1702,6 +1707,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       busy[st.from] = false;
       coming[st.to] -= st.play->hand_over;
       --flows_to[st.to];
+      inside_to[st.to] -= !st.across;
       if (st.across) {
         --flows_in[nic_id(st.play->to)];
         --flows_out[nic_id(st.play->from)];
