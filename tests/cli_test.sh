@@ -191,7 +191,8 @@ check bench-bad-strategy 2 "bad strategy 'teleport' in --strategies" -- "$MESHCA
 check bench-bad-case 2 "bad case '9' in --cases" -- "$MESHCAST" bench --cases 1,9
 check bench-bad-suite 2 "bad --suite 'foo': expected paper, single-sender, random, weights or weights-moe" -- "$MESHCAST" bench --suite foo
 check bench-random-hosts-of-8 0 "on [1-8]x8( split)? +broadcast/order" -- "$MESHCAST" bench --suite random --count 2 --seed 5 --devices-per-host 8 --strategies broadcast/order
-check bench-bad-devices-per-host 2 "bad --devices-per-host 8 with suite 'paper': expected --suite random" -- "$MESHCAST" bench --devices-per-host 8
+check bench-bad-devices-per-host 2 "bad --devices-per-host 8 with --suite paper: expected --suite random" -- "$MESHCAST" bench --devices-per-host 8
+check bench-bad-devices-per-host-batch 2 "bad --devices-per-host 8 with --batch: expected --suite random" -- "$MESHCAST" bench --suite random --batch "$TMP/none.json" --devices-per-host 8
 check bench-bad-hosts 2 "bad host count '3' in --grow-hosts" -- "$MESHCAST" bench --grow --grow-hosts 3
 check bench-unwritable 2 "cannot write" -- "$MESHCAST" bench --cases 1 --svg "$TMP/no/dir/c.svg"
 LLAMA=(--arch llama --hidden 64 --layers 4 --ffn 96 --vocab 100)

@@ -331,8 +331,11 @@ void run_bench(const BenchOptions& o) {
   check_backend(o.backend);
   if (o.devices_per_host > 0 && (o.suite != "random" || o.grow || !o.batch_file.empty()))
     throw InvalidArgument(fmt::format(
-        "bad --devices-per-host {} with suite '{}': expected --suite random (its cases' hosts)",
-        o.devices_per_host, o.batch_file.empty() ? o.suite : "--batch"));
+        "bad --devices-per-host {} with {}: expected --suite random (it sets its cases' hosts)",
+        o.devices_per_host,
+        !o.batch_file.empty() ? "--batch"
+        : o.grow              ? "--grow"
+                              : fmt::format("--suite {}", o.suite)));
   if (o.suite == "weights" || o.suite == "weights-moe" || !o.batch_file.empty())
     return run_weights(o);
   if (o.bytes < 0) throw InvalidArgument(fmt::format("bad --bytes {}: expected >= 0", o.bytes));
