@@ -321,8 +321,11 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   for (int64_t d : device_ids) host_ids.push_back(cluster.host_of(static_cast<DeviceId>(d)));
   const DenseIndex devices(std::move(device_ids));
   const DenseIndex hosts(std::move(host_ids));
-  std::vector<double> in(hosts.size(), 0);    // in(h) of docs/concepts.md, bytes
-  std::vector<double> only(hosts.size(), 0);  // only(h)
+  std::vector<double> in(hosts.size(), 0);           // in(h) of docs/concepts.md, bytes
+  std::vector<double> beside(hosts.size(), 0);       // beside(h)
+  std::vector<double> holders_out(hosts.size(), 0);  // Σ dev(d) over the devices of holders(h)
+  std::vector<bool> holder_counted(static_cast<size_t>(devices.size()), false);  // in holders_out
+  std::vector<double> only(hosts.size(), 0);                                     // only(h)
   // Receipts on each host by the receiver's rail (receipts(h, n) of docs/concepts.md): of slices
   // only that host holds and only it needs (stay), and of all others; how many devices take a
   // slice of stay at most.
@@ -385,6 +388,22 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           in[h] += b;
           ++entries;
         }
+      // beside(h): t's bytes once for each holding host where a device that does not hold t
+      // needs it; holders(h): t's senders there.
+      for (int h : hs) {
+        const bool needed = std::any_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
+          return hosts.index_of(cluster.host_of(r)) == h &&
+                 std::find(t.senders.begin(), t.senders.end(), r) == t.senders.end();
+        });
+        if (!needed) continue;
+        beside[h] += b;
+        for (DeviceId d : t.senders)
+          if (const int i = devices.index_of(d);
+              hosts.index_of(cluster.host_of(d)) == h && !holder_counted[i]) {
+            holder_counted[i] = true;
+            holders_out[h] += cluster.device_bandwidth_of(d);
+          }
+      }
       // Held and needed on one host alone (HS(t) = HR(t) = {h}).
       const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
       if (hs.size() == 1 && !stays) only[hs[0]] += b;
@@ -434,7 +453,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   bound = std::max({bound, batch_pooled.bound(capacity), held.bound(capacity)});
   for (int h = 0; h < hosts.size(); ++h) {
     const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
-    bound = std::max(bound, in[h] / nic);
+    bound = std::max({bound, in[h] / nic, (beside[h] + in[h]) / (holders_out[h] + nic)});
   }
   for (int h = 0; h < hosts.size(); ++h)
     if (only[h] > 0) bound = std::max(bound, least_send_time(capacity, {h}, only[h]));
