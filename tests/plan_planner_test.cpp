@@ -652,6 +652,25 @@ TEST(LowerBoundTest, WhatHoldersNeedBesideThemComesFromTheirLinksOrTheirHostsNic
   p.cluster.nics_per_host = 8;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 5 + p.cluster.latency);
   EXPECT_GE(simulate(make_plan(p)).time_s, 5);
+  // The suite's case at its size (512 MiB, the paper's links): the 366 MiB of the five come over
+  // two 100 Gbps links and 80 Gbps of NICs, 11.0 ms (docs/concepts.md's example).
+  auto r12 = problem_of({134217738}, Mesh({5}, {0, 5, 13, 15, 12}), "R",
+                        Mesh({7}, first_devices(7)), "S0", 2, 8);
+  r12.cluster.nics_per_host = 8;
+  const std::vector<UnitTask> tasks = decompose(r12);
+  double beside = 0;
+  for (const UnitTask& t : tasks)
+    for (DeviceId d : t.receivers)
+      if (d != 0 && d != 5) beside += static_cast<double>(t.bytes);
+  const double bound = lower_bound(r12, tasks);
+  EXPECT_NEAR(bound,
+              beside / (2 * r12.cluster.device_bandwidth + r12.cluster.nic_bandwidth_of(0)) +
+                  r12.cluster.latency,
+              1e-9);
+  EXPECT_NEAR(bound, 11.0e-3, 0.05e-3);
+  const double time = simulate(make_plan(r12)).time_s;
+  EXPECT_GE(time, bound);
+  EXPECT_LE(time, 1.45 * bound);  // 1.40x
 }
 
 TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {

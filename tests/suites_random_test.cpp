@@ -137,12 +137,13 @@ TEST(RandomSuiteTest, PlansOnSeveralNicsPerHostAreValidAndNeverBeatTheBound) {
 }
 
 // Hosts of 8 devices with 8 NICs, as GPU hosts have (`bench --suite random --devices-per-host
-// 8`; here at most 4 of them, as planning 8 takes seconds): every case has the hosts asked for, and every plan is valid and no faster than the lower
-// bound, whose terms were found on hosts of at most 4 devices (seeds the bench figures do not use).
+// 8`; here at most 4 of them, as planning 8 takes seconds): every case has the hosts asked for, and
+// every plan is valid and no faster than the lower bound, whose terms were found on hosts of at
+// most 4 devices (seeds the bench figures do not use).
 TEST(RandomSuiteTest, HostsOfTheDevicesAskedForPlanValidPlansThatNeverBeatTheBound) {
   const int count = testing::sanitized_count(8);
   int checked = 0;
-  for (BenchCase& c : random_suite(301, count, 32, int64_t{512} << 20, 8)) {
+  for (BenchCase& c : random_suite(301, count, 32, kRandomSuiteBytes, 8)) {
     EXPECT_EQ(c.problem.cluster.devices_per_host, 8) << c.description;
     EXPECT_LE(c.problem.cluster.hosts, 4) << c.description;
     c.problem.cluster.nics_per_host = 8;

@@ -321,6 +321,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   for (int64_t d : device_ids) host_ids.push_back(cluster.host_of(static_cast<DeviceId>(d)));
   const DenseIndex devices(std::move(device_ids));
   const DenseIndex hosts(std::move(host_ids));
+  std::vector<double> dev(static_cast<size_t>(devices.size()));  // each device's link, bytes/s
+  for (int d = 0; d < devices.size(); ++d)
+    dev[static_cast<size_t>(d)] =
+        cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d)));
   std::vector<double> in(hosts.size(), 0);           // in(h) of docs/concepts.md, bytes
   std::vector<double> beside(hosts.size(), 0);       // beside(h)
   std::vector<double> holders_out(hosts.size(), 0);  // Σ dev(d) over the devices of holders(h)
@@ -351,6 +355,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   HeldInside held;
   HeldByDevices device_held;
   std::vector<int> senders;  // a task's senders as device indices, ascending
+  std::vector<int> needing;  // holding hosts (indices) where a device that does not hold t needs it
   const bool hold_sets = task_count <= HeldInside::kMostTasks;
   double bound = 0;
   std::vector<Pooled> tensor_bounds;
@@ -388,22 +393,6 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           in[h] += b;
           ++entries;
         }
-      // beside(h): t's bytes once for each holding host where a device that does not hold t
-      // needs it; holders(h): t's senders there.
-      for (int h : hs) {
-        const bool needed = std::any_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
-          return hosts.index_of(cluster.host_of(r)) == h &&
-                 std::find(t.senders.begin(), t.senders.end(), r) == t.senders.end();
-        });
-        if (!needed) continue;
-        beside[h] += b;
-        for (DeviceId d : t.senders)
-          if (const int i = devices.index_of(d);
-              hosts.index_of(cluster.host_of(d)) == h && !holder_counted[i]) {
-            holder_counted[i] = true;
-            holders_out[h] += cluster.device_bandwidth_of(d);
-          }
-      }
       // Held and needed on one host alone (HS(t) = HR(t) = {h}).
       const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
       if (hs.size() == 1 && !stays) only[hs[0]] += b;
@@ -413,11 +402,26 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
         tensor_pooled.add(b, hs);
       }
       int taking = 0;  // receivers that do not hold t
+      needing.clear();
       for (DeviceId d : t.receivers)
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
           ++taking;
+          const int h = hosts.index_of(cluster.host_of(d));
           dev_in[devices.index_of(d)] += b;
-          on_rail(stays ? stay : receipts, hosts.index_of(cluster.host_of(d)), d) += b;
+          on_rail(stays ? stay : receipts, h, d) += b;
+          if (sends(h)) needing.push_back(h);
+        }
+      // beside(h): t's bytes once for each holding host where a device that does not hold t
+      // needs it; holders(h): t's senders there.
+      std::sort(needing.begin(), needing.end());
+      needing.erase(std::unique(needing.begin(), needing.end()), needing.end());
+      for (int h : needing) beside[h] += b;
+      for (DeviceId d : t.senders)
+        if (const int i = devices.index_of(d);
+            !holder_counted[i] && std::binary_search(needing.begin(), needing.end(),
+                                                     hosts.index_of(cluster.host_of(d)))) {
+          holder_counted[i] = true;
+          holders_out[hosts.index_of(cluster.host_of(d))] += dev[i];
         }
       if (stays) stay_takers[hs[0]] = std::max(stay_takers[hs[0]], taking);
       if (hold_sets && taking > 0) {
@@ -444,7 +448,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   for (const UnitTask& t : std::views::join(tasks))
     for (DeviceId d : t.senders)
       busy[hosts.index_of(cluster.host_of(d))][cluster.local_of(d)] =
-          home_only[devices.index_of(d)] / cluster.device_bandwidth_of(d);
+          home_only[devices.index_of(d)] / dev[devices.index_of(d)];
   std::vector<SendCapacity> capacity;
   capacity.reserve(static_cast<size_t>(hosts.size()));
   for (int h = 0; h < hosts.size(); ++h)
@@ -462,17 +466,11 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       bound = std::max(bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h],
                                          receipts[h], stay[h], stay_takers[h]));
   bound = std::max(bound, port_seconds / cluster.devices());
-  std::vector<double> dev(static_cast<size_t>(devices.size()));
-  for (int d = 0; d < devices.size(); ++d)
-    dev[static_cast<size_t>(d)] =
-        cluster.device_bandwidth_of(static_cast<DeviceId>(devices.id_at(d)));
   bound = std::max(bound, device_held.bound(dev));
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
-    const double dev = cluster.device_bandwidth_of(id);
-    const int h = cluster.host_of(id);
-    bound = std::max({bound, dev_in[d] / dev, dev_only[d] / dev,
-                      near_time(cluster, id, local[d], in[hosts.index_of(h)])});
+    bound = std::max({bound, dev_in[d] / dev[d], dev_only[d] / dev[d],
+                      near_time(cluster, id, local[d], in[hosts.index_of(cluster.host_of(id))])});
   }
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.

@@ -371,11 +371,9 @@ void run_bench(const BenchOptions& o) {
     // every case fits the ranks started. Hosts of the devices asked for number up to 8.
     const int max_devices =
         o.backend == "mpi" ? ranks : (o.devices_per_host > 0 ? 8 * o.devices_per_host : 32);
-    suite =
-        executor
-            ? random_suite(o.seed, o.count, max_devices,
-                           o.bytes > 0 ? o.bytes : default_bytes(links), o.devices_per_host)
-            : random_suite(o.seed, o.count, max_devices, int64_t{512} << 20, o.devices_per_host);
+    const int64_t bytes =
+        !executor ? kRandomSuiteBytes : (o.bytes > 0 ? o.bytes : default_bytes(links));
+    suite = random_suite(o.seed, o.count, max_devices, bytes, o.devices_per_host);
   } else {
     throw InvalidArgument(fmt::format(
         "bad --suite '{}': expected paper, single-sender, random, weights or weights-moe",

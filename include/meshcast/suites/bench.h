@@ -36,8 +36,9 @@ std::vector<BenchCase> single_sender_suite();
 // paper's link figures with 4, 2 or 1 devices per host (what divides `max_devices`), or with
 // `devices_per_host` each where that is given (> 0; it must divide `max_devices`), at most 8 hosts
 // and `max_devices` devices.
+inline constexpr int64_t kRandomSuiteBytes = int64_t{512} << 20;  // the simulated size
 std::vector<BenchCase> random_suite(unsigned seed, int count, int max_devices = 32,
-                                    int64_t bytes = int64_t{512} << 20, int devices_per_host = 0);
+                                    int64_t bytes = kRandomSuiteBytes, int devices_per_host = 0);
 // The paper's cases with both meshes grown so that a 2-host mesh becomes `hosts` hosts of 8
 // devices, and dim 0 grown with them (same bytes per host); then, whatever `numbers` holds, case
 // "s": `(hosts,8) S0RS1 -> (hosts,8) S01RR` of a float16 tensor `8*hosts x 1024 x 512` (64 * hosts
