@@ -1481,8 +1481,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   using Links = std::vector<std::pair<int64_t, double>>;
   struct Step {
     const PlayStep* play = nullptr;
-    int from = 0, to = 0;  // the play's devices, as indices of `device` below
-    bool across = false;   // over the NICs
+    int from = 0, to = 0;          // the play's devices, as indices of `device` below
+    int nic_from = 0, nic_to = 0;  // their NICs, as indices of `nic` below
+    bool across = false;           // over the NICs
+    double most = 0;               // its sender's link: the fastest it goes
     Links links = {};
   };
   // The devices the steps name, densely: a play follows the problem, not the cluster.
@@ -1493,24 +1495,40 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     named.push_back(p.to);
   }
   const DenseIndex device(std::move(named));
+  // Their NICs, densely, and each device's.
+  std::vector<int64_t> nic_ids(static_cast<size_t>(device.size()));
+  for (int d = 0; d < device.size(); ++d)
+    nic_ids[static_cast<size_t>(d)] = nic_id(static_cast<DeviceId>(device.id_at(d)));
+  const DenseIndex nic(nic_ids);
+  std::vector<int> nic_of(static_cast<size_t>(device.size()));
+  for (int d = 0; d < device.size(); ++d)
+    nic_of[static_cast<size_t>(d)] = nic.index_of(nic_ids[static_cast<size_t>(d)]);
   std::vector<Step> steps;
-  std::vector<std::vector<int>> waiting(plays.size());  // the steps that wait for each
-  std::map<int, double> in_left, out_left;  // bytes each NIC has still to take in and send
+  std::vector<std::vector<int>> waiting(plays.size());               // the steps that wait for each
+  std::vector<double> in_left(static_cast<size_t>(nic.size()), 0);   // bytes each NIC has still
+  std::vector<double> out_left(static_cast<size_t>(nic.size()), 0);  // to take in, to send
   for (const PlayStep& p : plays) {
     const bool across = c.host_of(p.from) != c.host_of(p.to);
+    const int from = device.index_of(p.from);
+    const int to = device.index_of(p.to);
+    const int nic_from = nic_of[static_cast<size_t>(from)];
+    const int nic_to = nic_of[static_cast<size_t>(to)];
     Links links{{p.to, c.device_bandwidth_of(p.to)}};
     if (across) {
-      in_left[nic_id(p.to)] += static_cast<double>(p.bytes);
-      out_left[nic_id(p.from)] += static_cast<double>(p.bytes);
+      in_left[static_cast<size_t>(nic_to)] += static_cast<double>(p.bytes);
+      out_left[static_cast<size_t>(nic_from)] += static_cast<double>(p.bytes);
       links.emplace_back(int64_t{c.devices()} + nic_id(p.from),
                          c.single_nic_bandwidth_of(c.host_of(p.from)));
       links.emplace_back(-1 - int64_t{nic_id(p.to)}, c.single_nic_bandwidth_of(c.host_of(p.to)));
     }
     if (p.after >= 0) waiting[p.after].push_back(static_cast<int>(steps.size()));
     steps.push_back({.play = &p,
-                     .from = device.index_of(p.from),
-                     .to = device.index_of(p.to),
+                     .from = from,
+                     .to = to,
+                     .nic_from = nic_from,
+                     .nic_to = nic_to,
                      .across = across,
+                     .most = c.device_bandwidth_of(p.from),
                      .links = std::move(links)});
   }
   // The links densely too, so that sharing the rates indexes tables instead of searching maps.
@@ -1569,46 +1587,60 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   };
   std::vector<Flow> active;
   std::vector<bool> busy(device.size(), false);
-  std::map<int, int> flows_in, flows_out;         // active sends into and out of each NIC
-  std::vector<int> flows_to(device.size(), 0);    // active steps into each device
-  std::vector<int> inside_to(device.size(), 0);   // those of them inside its host
+  std::vector<int> flows_in(static_cast<size_t>(nic.size()), 0);   // active sends into each NIC
+  std::vector<int> flows_out(static_cast<size_t>(nic.size()), 0);  // and out of it
+  std::vector<int> flows_to(device.size(), 0);                     // active steps into each device
+  std::vector<int> inside_to(device.size(), 0);                    // those of them inside its host
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
-  // Max-min fair rates by progressive filling of the links the active steps share.
+  // Max-min fair rates by progressive filling of the links the active steps share: the link whose
+  // equal share is least (the first such in `shared` on ties) fixes the rate of every step on it,
+  // which leaves the other links of those steps less to share. A heap of (share, position in
+  // `shared`) finds that link without rescanning every link per level; an entry whose link has
+  // changed since is stale and skipped. The steps of a link are fixed in `active` order, so each
+  // link's capacity is reduced in the same order as a scan would.
   std::vector<double> capacity(link_index.size(), 0);
   std::vector<int> users(link_index.size(), 0);
-  std::vector<int64_t> shared;  // the links the active steps cross
+  std::vector<std::vector<int>> on_link(link_index.size());  // active flows crossing each link
+  std::vector<int64_t> shared;                               // the links the active steps cross
+  std::vector<size_t> position(link_index.size(), 0);        // of each link in `shared`
+  using Level = std::pair<double, size_t>;                   // share, position in `shared`
+  std::vector<Level> levels;                                 // a heap, least first
   const auto share_rates = [&] {
     shared.clear();
-    for (Flow& f : active) {
-      f.rate = -1;
-      for (const auto& [link, bandwidth] : steps[f.step].links) {
+    for (size_t i = 0; i < active.size(); ++i) {
+      active[i].rate = -1;
+      for (const auto& [link, bandwidth] : steps[active[i].step].links) {
         if (users[link] == 0) {
           capacity[link] = bandwidth;
+          position[link] = shared.size();
+          on_link[link].clear();
           shared.push_back(link);
         }
         ++users[link];
+        on_link[link].push_back(static_cast<int>(i));
       }
     }
-    for (;;) {
-      int64_t tightest = 0;
-      double share = -1;
-      for (int64_t link : shared)
-        if (const int n = users[link]; n > 0 && (share < 0 || capacity[link] / n < share)) {
-          share = capacity[link] / n;
-          tightest = link;
-        }
-      if (share < 0) return;
-      for (Flow& f : active) {
+    levels.clear();
+    for (size_t at = 0; at < shared.size(); ++at)
+      levels.emplace_back(capacity[shared[at]] / users[shared[at]], at);
+    std::make_heap(levels.begin(), levels.end(), std::greater<>());
+    while (!levels.empty()) {
+      std::pop_heap(levels.begin(), levels.end(), std::greater<>());
+      const auto [share, at] = levels.back();
+      levels.pop_back();
+      const int64_t tightest = shared[at];
+      if (users[tightest] == 0 || capacity[tightest] / users[tightest] != share) continue;
+      for (int i : on_link[tightest]) {
+        Flow& f = active[static_cast<size_t>(i)];
         if (f.rate >= 0) continue;
-        const Links& links = steps[f.step].links;
-        if (std::none_of(links.begin(), links.end(),
-                         [&](const auto& l) { return l.first == tightest; }))
-          continue;
-        f.rate = std::min(share, c.device_bandwidth_of(steps[f.step].play->from));
-        for (const auto& [link, bandwidth] : links) {
+        f.rate = std::min(share, steps[f.step].most);
+        for (const auto& [link, bandwidth] : steps[f.step].links) {
           capacity[link] -= f.rate;
-          --users[link];
+          if (--users[link] > 0 && link != tightest) {
+            levels.emplace_back(capacity[link] / users[link], position[link]);
+            std::push_heap(levels.begin(), levels.end(), std::greater<>());
+          }
         }
       }
     }
@@ -1626,7 +1658,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         double to_take = 0;
         for (int next : waiting[s])
           if (rules.hand_overs == HandOvers::to_idle_nics && steps[next].across) {
-            const int in = nic_id(steps[next].play->to);
+            const auto in = static_cast<size_t>(steps[next].nic_to);
             flows = flows_in[in];
             to_take = in_left[in];
             break;
@@ -1635,9 +1667,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
             stocked[st.to] + (rules.stock_counts_coming ? coming[st.to] : 0) < rules.stock;
         key = {low ? 0 : 3, low && rules.in_turn ? stocked[st.to] : 0, flows, -to_take};
       } else if (st.across) {
-        const int in = nic_id(st.play->to);
-        const int n = flows_in[in] +
-                      (rules.sends == Sends::to_idle_pairs ? flows_out[nic_id(st.play->from)] : 0);
+        const auto in = static_cast<size_t>(st.nic_to);
+        const int n =
+            flows_in[in] +
+            (rules.sends == Sends::to_idle_pairs ? flows_out[static_cast<size_t>(st.nic_from)] : 0);
         key = rules.sends == Sends::in_phases
                   ? std::tuple{n == 0 ? 1 : 4, 0, phase_of[s], static_cast<double>(n)}
                   : std::tuple{n == 0 ? 1 : 4, 0, n, -in_left[in]};
@@ -1656,18 +1689,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     return best;
   };
   std::vector<Op> ops;
+  std::vector<std::pair<int, double>> free;
   const auto start_free_devices = [&] {
-    std::vector<int> free;
+    free.clear();  // with what each one's NIC has left to send
     for (int i = 0; i < device.size(); ++i)
-      if (!busy[i]) free.push_back(i);
-    const auto left = [&](int d) {
-      const auto it = out_left.find(nic_id(static_cast<DeviceId>(device.id_at(d))));
-      return it == out_left.end() ? 0.0 : it->second;
-    };
-    std::stable_sort(free.begin(), free.end(), [&](int a, int b) {
-      return rules.turns == Turns::most_left_first ? left(a) > left(b) : left(a) < left(b);
+      if (!busy[i]) free.emplace_back(i, out_left[static_cast<size_t>(nic_of[i])]);
+    std::stable_sort(free.begin(), free.end(), [&](const auto& a, const auto& b) {
+      return rules.turns == Turns::most_left_first ? a.second > b.second : a.second < b.second;
     });
-    for (int d : free) {
+    for (const auto& [d, ignored] : free) {
       const int s = choose(d);
       if (s < 0) continue;
       const Step& st = steps[s];
@@ -1680,10 +1710,10 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       inside_to[st.to] += !st.across;
       to_left[st.to] -= bytes;
       if (st.across) {
-        ++flows_in[nic_id(st.play->to)];
-        ++flows_out[nic_id(st.play->from)];
-        in_left[nic_id(st.play->to)] -= bytes;
-        out_left[nic_id(st.play->from)] -= bytes;
+        ++flows_in[static_cast<size_t>(st.nic_to)];
+        ++flows_out[static_cast<size_t>(st.nic_from)];
+        in_left[static_cast<size_t>(st.nic_to)] -= bytes;
+        out_left[static_cast<size_t>(st.nic_from)] -= bytes;
       }
       active.push_back({s, bytes});
       ops.push_back(
@@ -1709,8 +1739,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
       --flows_to[st.to];
       inside_to[st.to] -= !st.across;
       if (st.across) {
-        --flows_in[nic_id(st.play->to)];
-        --flows_out[nic_id(st.play->from)];
+        --flows_in[static_cast<size_t>(st.nic_to)];
+        --flows_out[static_cast<size_t>(st.nic_from)];
       }
       for (int next : waiting[f.step]) make_ready(next);
     }
