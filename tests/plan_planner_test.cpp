@@ -686,6 +686,38 @@ TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   EXPECT_DOUBLE_EQ(lower_bound(same, decompose(same)), 0.0);
 }
 
+TEST(LowerBoundTest, ADeviceThatCopiesWhatItAloneHoldsAndSendsWaitsTwoLatencies) {
+  // Devices 0 and 1 of one host hold the halves of a 64 B tensor that devices 0 and 2 need whole
+  // (4 B/s links, a 100 s latency): device 0 alone holds a half that it needs itself and device 2
+  // needs, so it spends an op on sending it and one on copying it (or has it sent back), one after
+  // the other: 2 x 100 s (copy(t) of docs/concepts.md#lower-bound), where the busiest link and one
+  // latency gave 116 s.
+  auto p = problem_of({16}, Mesh({2}, {0, 1}), "S0", Mesh({2}, {0, 2}), "R", 1, 4);
+  p.cluster.device_bandwidth = 4;
+  p.cluster.latency = 100;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 2 * 100.0);
+  EXPECT_GE(simulate(make_plan(p)).time_s, 2 * 100.0);
+  // Where the slices a holder needs are held by others too, it may take them in over its link
+  // instead of copying: an 18-element tensor in halves on rows {0, 1} and {2, 3}, wanted in
+  // parts of 5, 5, 5 and 3 elements: element 9 goes from device 2 or 3 to device 1, and device 3
+  // could take its 12 B in from device 2 at 4 B/s: 100 + 3 s.
+  auto shared = problem_of({18}, Mesh({2, 2}, first_devices(4)), "S0",
+                           Mesh({2, 2}, first_devices(4)), "S01", 1, 4);
+  shared.cluster.device_bandwidth = 4;
+  shared.cluster.latency = 100;
+  EXPECT_DOUBLE_EQ(lower_bound(shared, decompose(shared)), 100 + 3.0);
+  EXPECT_GE(simulate(make_plan(shared)).time_s, 100 + 3.0);
+  // Random suite seed 1509 r29 on hosts of 8 devices with 8 NICs: each of 20 devices holds its
+  // part of a 512 MiB tensor with four others, and an uneven cut leaves 48 B to cross hosts from
+  // devices that copy their own parts: 2.00x the bound of one latency, 1.00x this one.
+  auto r29 = problem_of({134217730}, Mesh({4, 5}, first_devices(20)), "S0",
+                        Mesh({4, 5}, first_devices(20)), "S01", 4, 8);
+  r29.cluster.nics_per_host = 8;
+  const double bound = lower_bound(r29, decompose(r29));
+  EXPECT_DOUBLE_EQ(bound, 2 * r29.cluster.latency);
+  EXPECT_LE(simulate(make_plan(r29)).time_s, 1.01 * bound);
+}
+
 // Planning follows the problem, not the cluster: the devices of a problem on the first hosts of
 // the largest cluster allowed (8,192 hosts of 512 devices) get the plan they get on a cluster of
 // just those hosts.

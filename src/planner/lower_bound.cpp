@@ -344,8 +344,20 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<double> dev_in(devices.size(), 0);
   std::vector<double> dev_only(devices.size(), 0);   // dev_only(d)
   std::vector<double> home_only(devices.size(), 0);  // home(d): what only d has, for its host
-  std::vector<double> local(devices.size(), 0);      // local(d)
-  std::vector<std::pair<int, DeviceId>> by_host;     // a task's senders or receivers, by host
+  // Of copy(t), tensor by tensor: whether d alone holds a slice of it that it needs itself, the
+  // bytes of those it holds with others and needs itself (mine(d)), and the tasks a holder must
+  // send (some receiver does not hold them).
+  std::vector<bool> sole_self(static_cast<size_t>(devices.size()), false);
+  std::vector<double> mine(devices.size(), 0);
+  std::vector<const UnitTask*> sent;
+  // copy(s): some holder s of a task that must be sent spends an op on it, and one on its own
+  // slices or takes them in over its link (docs/concepts.md#lower-bound has the proof).
+  const auto copy = [&](int s) {
+    return sole_self[s] ? cluster.latency : std::min(cluster.latency, mine[s] / dev[s]);
+  };
+  double copies = 0;                              // the largest copy(t)
+  std::vector<double> local(devices.size(), 0);   // local(d)
+  std::vector<std::pair<int, DeviceId>> by_host;  // a task's senders or receivers, by host
   // The pooled term of the whole batch, and of each tensor's tasks alone: the bytes that must
   // leave some host of a set, over that set's bandwidth, bound any subset of the tasks, and one
   // tensor's can be the larger (a tensor held on one host, pooled with tensors held on many).
@@ -410,6 +422,10 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           dev_in[devices.index_of(d)] += b;
           on_rail(stays ? stay : receipts, h, d) += b;
           if (sends(h)) needing.push_back(h);
+        } else if (t.senders.size() == 1) {
+          sole_self[devices.index_of(d)] = true;
+        } else {
+          mine[devices.index_of(d)] += b;
         }
       // beside(h): t's bytes once for each holding host where a device that does not hold t
       // needs it; holders(h): t's senders there.
@@ -437,10 +453,22 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
         dev_only[devices.index_of(t.senders[0])] += b;
         if (stays) home_only[devices.index_of(t.senders[0])] += b;
       }
+      if (taking > 0) sent.push_back(&t);
       add_local(t, b, hosts, cluster, by_host,
                 [&](DeviceId d) -> double& { return local[devices.index_of(d)]; });
     }
     tensor_bounds.push_back(std::move(tensor_pooled));
+    for (const UnitTask* t : sent) {
+      double least = cluster.latency;
+      for (DeviceId d : t->senders) least = std::min(least, copy(devices.index_of(d)));
+      copies = std::max(copies, least);
+    }
+    sent.clear();
+    for (const UnitTask& t : of_tensor)
+      for (DeviceId d : t.senders) {
+        sole_self[devices.index_of(d)] = false;
+        mine[devices.index_of(d)] = 0;
+      }
   }
   // capacity(T) of each host (out(h) and the terms over sets of hosts): its holders and what of
   // their ports serves devices beside them.
@@ -472,6 +500,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
     bound = std::max({bound, dev_in[d] / dev[d], dev_only[d] / dev[d],
                       near_time(cluster, id, local[d], in[hosts.index_of(cluster.host_of(id))])});
   }
+  bound = std::max(bound, copies);
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
   return bound > 0 ? bound + cluster.latency : 0;
