@@ -349,6 +349,7 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   // send (some receiver does not hold them).
   std::vector<bool> sole_self(static_cast<size_t>(devices.size()), false);
   std::vector<double> mine(devices.size(), 0);
+  std::vector<int> marked;  // the devices of this tensor whose sole_self or mine was set
   std::vector<const UnitTask*> sent;
   // copy(s): some holder s of a task that must be sent spends an op on it, and one on its own
   // slices or takes them in over its link (docs/concepts.md#lower-bound has the proof).
@@ -422,10 +423,13 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
           dev_in[devices.index_of(d)] += b;
           on_rail(stays ? stay : receipts, h, d) += b;
           if (sends(h)) needing.push_back(h);
-        } else if (t.senders.size() == 1) {
-          sole_self[devices.index_of(d)] = true;
         } else {
-          mine[devices.index_of(d)] += b;
+          const int i = devices.index_of(d);
+          marked.push_back(i);
+          if (t.senders.size() == 1)
+            sole_self[i] = true;
+          else
+            mine[i] += b;
         }
       // beside(h): t's bytes once for each holding host where a device that does not hold t
       // needs it; holders(h): t's senders there.
@@ -464,11 +468,11 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
       copies = std::max(copies, least);
     }
     sent.clear();
-    for (const UnitTask& t : of_tensor)
-      for (DeviceId d : t.senders) {
-        sole_self[devices.index_of(d)] = false;
-        mine[devices.index_of(d)] = 0;
-      }
+    for (int i : marked) {
+      sole_self[i] = false;
+      mine[i] = 0;
+    }
+    marked.clear();
   }
   // capacity(T) of each host (out(h) and the terms over sets of hosts): its holders and what of
   // their ports serves devices beside them.

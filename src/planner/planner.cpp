@@ -602,6 +602,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           int stock = 0;
         };
         std::array<std::optional<FastestShop>, 2> fastest_shops;
+        // A shop whose fastest play so far is this slow is played no further.
+        const auto far = [&](double time) { return time > kShopPlaysWithin * best; };
         const auto try_shop = [&](detail::ShopLevel level, detail::Sources sources,
                                   detail::Funnel funnelled, bool stages_beside_holders) {
           const auto shop = detail::nic_shop(
@@ -622,12 +624,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                             true);
           auto steps = detail::shop_steps(*shop);
           std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
-          const auto far = [&] {
-            return fastest_stock && fastest_stock->first > kShopPlaysWithin * best;
-          };
           for (int stock : kShopStocks)
             for (bool counted : {false, true})
-              if (!far())
+              if (!fastest_stock || !far(fastest_stock->first))
                 if (const double time =
                         try_plays(steps, of, {.stock = stock, .stock_counts_coming = counted});
                     !fastest_stock || time < fastest_stock->first)
@@ -655,7 +654,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           if (!any_shop) break;
         }
         for (const auto& fastest : fastest_shops) {
-          if (!fastest || fastest->time > kShopPlaysWithin * best) continue;
+          if (!fastest || far(fastest->time)) continue;
           try_other_turns_and_sends(fastest->steps, of, fastest->stock);
           for (int stock : kMoreShopStocks) {
             if (near()) break;

@@ -1476,8 +1476,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
   // link, and across hosts the two NICs (a sender's own link carries its one step). By key: a
-  // receiving device link as its device id, a sending NIC as devices + id, a receiving NIC as
-  // -1 - id; each with its bandwidth.
+  // receiving device link as its device id, a sending NIC as devices + its index in `nic` below, a
+  // receiving NIC as -1 - that index; each with its bandwidth.
   using Links = std::vector<std::pair<int64_t, double>>;
   struct Step {
     const PlayStep* play = nullptr;
@@ -1517,9 +1517,9 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     if (across) {
       in_left[static_cast<size_t>(nic_to)] += static_cast<double>(p.bytes);
       out_left[static_cast<size_t>(nic_from)] += static_cast<double>(p.bytes);
-      links.emplace_back(int64_t{c.devices()} + nic_id(p.from),
+      links.emplace_back(int64_t{c.devices()} + nic_from,
                          c.single_nic_bandwidth_of(c.host_of(p.from)));
-      links.emplace_back(-1 - int64_t{nic_id(p.to)}, c.single_nic_bandwidth_of(c.host_of(p.to)));
+      links.emplace_back(-1 - int64_t{nic_to}, c.single_nic_bandwidth_of(c.host_of(p.to)));
     }
     if (p.after >= 0) waiting[p.after].push_back(static_cast<int>(steps.size()));
     steps.push_back({.play = &p,
