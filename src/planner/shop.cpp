@@ -1599,18 +1599,57 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   // `shared`) finds that link without rescanning every link per level; an entry whose link has
   // changed since is stale and skipped. The steps of a link are fixed in `active` order, so each
   // link's capacity is reduced in the same order as a scan would.
+  // Only the steps linked (through the links they share, transitively) to a link that a step
+  // started or ended on since are filled again: a few of the dozens active. The others' rates are
+  // what filling every step would give them, to the bit: a link's share never falls as the
+  // filling goes on, so the links of a group of steps are taken in the same order and their
+  // capacities reduced by the same rates, whatever other groups are filled beside them.
   std::vector<double> capacity(link_index.size(), 0);
   std::vector<int> users(link_index.size(), 0);
-  std::vector<std::vector<int>> on_link(link_index.size());  // active flows crossing each link
-  std::vector<int64_t> shared;                               // the links the active steps cross
-  std::vector<size_t> position(link_index.size(), 0);        // of each link in `shared`
-  using Level = std::pair<double, size_t>;                   // share, position in `shared`
-  std::vector<Level> levels;                                 // a heap, least first
+  std::vector<std::vector<int>> on_link(link_index.size());   // filled flows crossing each link
+  std::vector<int64_t> shared;                                // the links the filled steps cross
+  std::vector<size_t> position(link_index.size(), 0);         // of each link in `shared`
+  using Level = std::pair<double, size_t>;                    // share, position in `shared`
+  std::vector<Level> levels;                                  // a heap, least first
+  std::vector<std::vector<int>> steps_on(link_index.size());  // the active steps on each link
+  std::vector<int64_t> changed;         // links a step started or ended on since the last filling
+  std::vector<int> slot(steps.size());  // each active step's position in `active`
+  std::vector<bool> link_seen(link_index.size(), false), step_seen(steps.size(), false);
+  std::vector<int64_t> seen_links;
+  std::vector<int> refill;  // the positions in `active` of the steps filled again
+  const auto starts_or_ends = [&](int step, bool starts) {
+    for (const auto& [link, bandwidth] : steps[step].links) {
+      if (starts)
+        steps_on[link].push_back(step);
+      else
+        std::erase(steps_on[link], step);
+      changed.push_back(link);
+    }
+  };
   const auto share_rates = [&] {
+    for (size_t i = 0; i < active.size(); ++i) slot[active[i].step] = static_cast<int>(i);
+    refill.clear();
+    seen_links.clear();
+    while (!changed.empty()) {
+      const int64_t link = changed.back();
+      changed.pop_back();
+      if (link_seen[link]) continue;
+      link_seen[link] = true;
+      seen_links.push_back(link);
+      for (int step : steps_on[link])
+        if (!step_seen[step]) {
+          step_seen[step] = true;
+          refill.push_back(slot[step]);
+          for (const auto& [other, bandwidth] : steps[step].links) changed.push_back(other);
+        }
+    }
+    for (int64_t link : seen_links) link_seen[link] = false;
+    for (int i : refill) step_seen[active[static_cast<size_t>(i)].step] = false;
+    std::sort(refill.begin(), refill.end());
     shared.clear();
-    for (size_t i = 0; i < active.size(); ++i) {
-      active[i].rate = -1;
-      for (const auto& [link, bandwidth] : steps[active[i].step].links) {
+    for (int i : refill) {
+      active[static_cast<size_t>(i)].rate = -1;
+      for (const auto& [link, bandwidth] : steps[active[static_cast<size_t>(i)].step].links) {
         if (users[link] == 0) {
           capacity[link] = bandwidth;
           position[link] = shared.size();
@@ -1618,7 +1657,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
           shared.push_back(link);
         }
         ++users[link];
-        on_link[link].push_back(static_cast<int>(i));
+        on_link[link].push_back(i);
       }
     }
     levels.clear();
@@ -1716,6 +1755,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         out_left[static_cast<size_t>(st.nic_from)] -= bytes;
       }
       active.push_back({s, bytes});
+      starts_or_ends(s, true);
       ops.push_back(
           transfer_op({st.play->to}, 0, st.play->slice, *st.play->job, st.play->from, batch, 0));
     }
@@ -1734,6 +1774,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         continue;
       }
       const Step& st = steps[f.step];
+      starts_or_ends(f.step, false);
       busy[st.from] = false;
       coming[st.to] -= st.play->hand_over;
       --flows_to[st.to];
