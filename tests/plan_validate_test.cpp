@@ -2,9 +2,13 @@
 // with a message that names the op and the problem.
 #include "meshcast/plan/validate.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
+#include <random>
 
 #include "meshcast/error.h"
 #include "meshcast/planner/planner.h"
@@ -226,6 +230,116 @@ TEST(ValidatePlanTest, ChecksAllgatherParts) {
   Plan lonely = plan;
   lonely.ops[4].receivers = {2};
   expect_rejected(lonely, "an allgather has 1 devices, expected at least 2");
+}
+
+// Device 2 takes a 64 x 16 tensor from device 0 in pieces cut any way (guillotine cuts along
+// either dimension, in any order), sometimes with a piece again, then forwards them to device 3,
+// whole or in halves, and sometimes two as their bounding box. The validator finds receipts by
+// where they start along the task's longest dimension; each verdict must equal a scan of every
+// pair.
+TEST(ValidatePlanTest, FindsEveryOverlapAndHoldingAmongPiecesCutAnyWay) {
+  Resharding problem;
+  problem.tensor = TensorSpec{{64, 16}, DType::int32};
+  problem.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
+  problem.dst = Layout{Mesh({2}, {2, 3}), ShardingSpec::parse("RR")};
+  problem.cluster = paper_cluster(2);
+  problem.cluster.devices_per_host = 2;
+  const auto overlaps = [](const Box& a, const Box& b) { return !intersect(a, b).empty(); };
+  int rejected_twice = 0, rejected_held = 0, accepted = 0;
+  for (unsigned seed = 1; seed <= 60; ++seed) {
+    std::mt19937 rng(seed);
+    const auto pick = [&](int64_t lo, int64_t hi) {  // in [lo, hi)
+      return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo));
+    };
+    // `box` cut in two along `dim` at a random place.
+    const auto cut_in_two = [&](const Box& box, int dim) {
+      const int64_t cut = pick(box.dims[dim].lo + 1, box.dims[dim].hi);
+      std::pair<Box, Box> halves{box, box};
+      halves.first.dims[dim].hi = cut;
+      halves.second.dims[dim].lo = cut;
+      return halves;
+    };
+    std::vector<Box> pieces;
+    std::vector<Box> open = {Box{{{0, 64}, {0, 16}}}};
+    while (!open.empty()) {
+      const Box box = open.back();
+      open.pop_back();
+      const int dim = static_cast<int>(rng() % 2);
+      if (box.dims[dim].size() < 2 || rng() % 4 == 0) {
+        pieces.push_back(box);
+        continue;
+      }
+      const auto [low, high] = cut_in_two(box, dim);
+      open.push_back(low);
+      open.push_back(high);
+    }
+    std::shuffle(pieces.begin(), pieces.end(), rng);
+    if (rng() % 2) {  // a part of some piece again, anywhere
+      Box again = pieces[rng() % pieces.size()];
+      for (auto& d : again.dims) {
+        d.lo = pick(d.lo, d.hi);
+        d.hi = pick(d.lo, d.hi) + 1;
+      }
+      pieces.insert(pieces.begin() + static_cast<std::ptrdiff_t>(rng() % (pieces.size() + 1)),
+                    again);
+    }
+    Plan plan;
+    plan.batch = Batch::of_one(problem);
+    for (const Box& b : pieces) plan.ops.push_back(send(0, 0, b, 0, 2));
+    // The first receipt of device 2 that overlaps an earlier one, and the earliest such.
+    std::optional<std::pair<size_t, size_t>> twice;
+    for (size_t i = 0; i < pieces.size() && !twice; ++i)
+      for (size_t j = 0; j < i && !twice; ++j)
+        if (overlaps(pieces[i], pieces[j])) twice = {i, j};
+    std::vector<Box> forwards;  // each piece, or its halves along either dimension
+    for (const Box& b : pieces) {
+      const int dim = static_cast<int>(rng() % 2);
+      if (b.dims[dim].size() < 2 || rng() % 2) {
+        forwards.push_back(b);
+        continue;
+      }
+      const auto [low, high] = cut_in_two(b, dim);
+      forwards.push_back(high);
+      forwards.push_back(low);
+    }
+    if (rng() % 2 && pieces.size() >= 2) {  // two receipts forwarded as one box
+      Box joined = pieces[0];
+      for (size_t d = 0; d < 2; ++d) {
+        joined.dims[d].lo = std::min(pieces[0].dims[d].lo, pieces[1].dims[d].lo);
+        joined.dims[d].hi = std::max(pieces[0].dims[d].hi, pieces[1].dims[d].hi);
+      }
+      forwards.insert(forwards.begin() + static_cast<std::ptrdiff_t>(rng() % forwards.size()),
+                      joined);
+    }
+    for (const Box& b : forwards) plan.ops.push_back(send(0, 0, b, 2, 3));
+    for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
+    std::optional<size_t> not_held;  // the first forward no single receipt contains
+    for (size_t i = 0; i < forwards.size() && !not_held; ++i)
+      if (std::none_of(pieces.begin(), pieces.end(),
+                       [&](const Box& b) { return b.contains(forwards[i]); }))
+        not_held = i;
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    if (twice) {
+      ++rejected_twice;
+      expect_rejected(plan,
+                      fmt::format("op {} (send of task 0): device 2 receives {} a second "
+                                  "time (op {} delivered it)",
+                                  twice->first,
+                                  to_string(intersect(pieces[twice->first], pieces[twice->second])),
+                                  twice->second));
+    } else if (not_held) {
+      ++rejected_held;
+      expect_rejected(plan, fmt::format("op {} (send of task 0): sender 2 does not hold {}",
+                                        pieces.size() + *not_held, to_string(forwards[*not_held])));
+    } else {
+      ++accepted;
+      EXPECT_NO_THROW(validate_plan(plan));
+    }
+  }
+  // Each verdict was reached on some seed.
+  EXPECT_GT(rejected_twice, 5);
+  EXPECT_GT(rejected_held, 5);
+  EXPECT_GT(accepted, 5);
 }
 
 }  // namespace

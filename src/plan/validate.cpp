@@ -3,13 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "meshcast/error.h"
 #include "meshcast/layout/layout.h"
-#include "meshcast/plan/holdings.h"
 
 namespace meshcast {
 namespace {
@@ -34,6 +33,58 @@ const Box* find_tile(const TilesByDevice& tiles, DeviceId d) {
 struct Received {
   Box box;
   int op;
+  int64_t order;  // of receipt, over the whole plan
+};
+
+// What one device has received of one unit task: pairwise disjoint boxes, kept in order of where
+// they start along `dim` (the task slice's longest, along which pieces are cut), so that those
+// that may overlap or contain a box are found by binary search (they start less than the longest
+// receipt's length before it) rather than by a scan: a relay of a chain cut into hundreds of
+// pieces took each piece against all it had.
+class Receipts {
+ public:
+  explicit Receipts(int dim) : dim_(dim) {}
+
+  void add(const Box& box, int op, int64_t order) {
+    longest_ = std::max(longest_, hi(box) - lo(box));
+    boxes_.insert(first_after(lo(box)), {box, op, order});
+  }
+
+  // The first receipt (in order of receipt) that overlaps `box`; nullptr where none does.
+  const Received* first_overlap(const Box& box) const {
+    const Received* first = nullptr;
+    for (auto it = first_after(lo(box) - longest_); it != boxes_.end() && lo(it->box) < hi(box);
+         ++it)
+      if (!intersect(it->box, box).empty() && (!first || it->order < first->order)) first = &*it;
+    return first;
+  }
+
+  bool any_contains(const Box& box) const {
+    if (box.empty()) return !boxes_.empty();
+    for (auto it = first_after(hi(box) - longest_ - 1);
+         it != boxes_.end() && lo(it->box) <= lo(box); ++it)
+      if (it->box.contains(box)) return true;
+    return false;
+  }
+
+  int64_t volume_within(const Box& box) const {
+    int64_t volume = 0;
+    for (const Received& r : boxes_) volume += intersect(r.box, box).volume();
+    return volume;
+  }
+
+ private:
+  int64_t lo(const Box& box) const { return dim_ < 0 ? 0 : box.dims[dim_].lo; }
+  int64_t hi(const Box& box) const { return dim_ < 0 ? 1 : box.dims[dim_].hi; }
+  // The first receipt that starts after `start`.
+  std::vector<Received>::const_iterator first_after(int64_t start) const {
+    return std::upper_bound(boxes_.begin(), boxes_.end(), start,
+                            [&](int64_t s, const Received& r) { return s < lo(r.box); });
+  }
+
+  int dim_;  // -1 for a scalar
+  int64_t longest_ = 0;
+  std::vector<Received> boxes_;  // by where they start along dim_
 };
 
 // Replays a plan op by op, tracking what each device has received per unit task of each tensor.
@@ -87,21 +138,19 @@ class Checker {
         fmt::format("{}: {}", op_label(op, op.pieces.size() == 1 ? 0 : piece), what));
   }
 
-  std::vector<Received>& received(DeviceId d, int tensor, int task) {
-    return received_[static_cast<int64_t>(d) * total_tasks_ + task_base_[tensor] + task];
+  Receipts& received(DeviceId d, int tensor, int task) {
+    const Box& slice = tasks_[tensor][task].slice;
+    return received_
+        .try_emplace(static_cast<int64_t>(d) * total_tasks_ + task_base_[tensor] + task,
+                     slice.rank() == 0 ? -1 : longest_dimension(slice))
+        .first->second;
   }
 
-  int64_t received_volume(DeviceId d, int tensor, int task, const Box& box) {
-    int64_t volume = 0;
-    for (const Received& r : received(d, tensor, task)) volume += intersect(r.box, box).volume();
-    return volume;
-  }
-
+  // Its source tile, else a box it received (pieces received by separate ops are not joined: an
+  // executor sends from one buffer).
   bool holds(DeviceId d, int tensor, int task, const Box& box) {
-    return find_holding(
-               find_tile(src_[tensor], d), received(d, tensor, task),
-               [](const Received& r) -> const Box& { return r.box; }, box)
-        .has_value();
+    const Box* tile = find_tile(src_[tensor], d);
+    return (tile && tile->contains(box)) || received(d, tensor, task).any_contains(box);
   }
 
   void check_device(const Op& op, DeviceId d, std::string_view role) const {
@@ -234,14 +283,13 @@ class Checker {
     // caught too.
     for (const Get& get : gets) {
       const Piece& piece = op.pieces[get.piece];
-      auto& receipts = received(get.device, piece.tensor, piece.task);
-      for (const Received& r : receipts)
-        if (!intersect(r.box, get.box).empty())
-          fail(op,
-               fmt::format("device {} receives {} a second time (op {} delivered it)", get.device,
-                           to_string(intersect(r.box, get.box)), r.op),
-               get.piece);
-      receipts.push_back({get.box, op.id});
+      Receipts& receipts = received(get.device, piece.tensor, piece.task);
+      if (const Received* r = receipts.first_overlap(get.box))
+        fail(op,
+             fmt::format("device {} receives {} a second time (op {} delivered it)", get.device,
+                         to_string(intersect(r->box, get.box)), r->op),
+             get.piece);
+      receipts.add(get.box, op.id, receipts_++);
     }
   }
 
@@ -251,7 +299,7 @@ class Checker {
       for (int t = 0; t < static_cast<int>(tasks_[tensor].size()); ++t) {
         const UnitTask& task = tasks_[tensor][t];
         for (DeviceId d : task.receivers) {
-          const int64_t got = received_volume(d, tensor, t, task.slice);
+          const int64_t got = received(d, tensor, t).volume_within(task.slice);
           if (got != task.slice.volume())
             throw InvalidArgument(fmt::format(
                 "device {} receives {} of the {} elements of {} (slice {}): the plan is "
@@ -266,7 +314,8 @@ class Checker {
   std::vector<int64_t> task_base_;  // per tensor: index of its first task among all tensors'
   int64_t total_tasks_ = 0;
   std::vector<TilesByDevice> src_;  // per tensor
-  std::unordered_map<int64_t, std::vector<Received>> received_;
+  std::unordered_map<int64_t, Receipts> received_;
+  int64_t receipts_ = 0;  // so far
 };
 
 }  // namespace
