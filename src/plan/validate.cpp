@@ -147,7 +147,9 @@ class Checker {
   }
 
   // Its source tile, else a box it received (pieces received by separate ops are not joined: an
-  // executor sends from one buffer).
+  // executor sends from one buffer): the rule of find_holding (meshcast/plan/holdings.h), which the
+  // dependencies and the executors' placement apply. Here only whether matters, not which receipt,
+  // so Receipts answers by its index instead of find_holding's scan from the latest receipt.
   bool holds(DeviceId d, int tensor, int task, const Box& box) {
     const Box* tile = find_tile(src_[tensor], d);
     return (tile && tile->contains(box)) || received(d, tensor, task).any_contains(box);
