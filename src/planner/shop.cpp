@@ -1,6 +1,7 @@
 #include "shop.h"
 
 #include "meshcast/dense_index.h"
+#include "meshcast/sim/fair_share.h"
 #include "source_tiles.h"
 
 #include <algorithm>
@@ -1475,16 +1476,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   const Cluster& c = batch.cluster;
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
-  // link, and across hosts the two NICs (a sender's own link carries its one step). By key: a
-  // receiving device link as its device id, a sending NIC as devices + its index in `nic` below, a
-  // receiving NIC as -1 - that index; each with its bandwidth.
+  // link, and across hosts the two NICs (a sender's own link carries its one step, and limits its
+  // rate). By key: a receiving device link as its device id, a sending NIC as devices + its index
+  // in `nic` below, a receiving NIC as -1 - that index; each with its bandwidth.
   using Links = std::vector<std::pair<int64_t, double>>;
   struct Step {
     const PlayStep* play = nullptr;
     int from = 0, to = 0;          // the play's devices, as indices of `device` below
     int nic_from = 0, nic_to = 0;  // their NICs, as indices of `nic` below
     bool across = false;           // over the NICs
-    double most = 0;               // its sender's link: the fastest it goes
     Links links = {};
   };
   // The devices the steps name, densely: a play follows the problem, not the cluster.
@@ -1528,16 +1528,37 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
                      .nic_from = nic_from,
                      .nic_to = nic_to,
                      .across = across,
-                     .most = c.device_bandwidth_of(p.from),
                      .links = std::move(links)});
   }
-  // The links densely too, so that sharing the rates indexes tables instead of searching maps.
+  // Step s is flow s of the shared links' rates, on the links densely.
   std::vector<int64_t> link_keys;
   for (const Step& st : steps)
     for (const auto& [link, bandwidth] : st.links) link_keys.push_back(link);
   const DenseIndex link_index(std::move(link_keys));
-  for (Step& st : steps)
-    for (auto& [link, bandwidth] : st.links) link = link_index.index_of(link);
+  std::vector<double> capacity(static_cast<size_t>(link_index.size()));
+  for (const Step& st : steps)
+    for (const auto& [link, bandwidth] : st.links)
+      capacity[static_cast<size_t>(link_index.index_of(link))] = bandwidth;
+  std::vector<sim::LinkUse> uses;
+  std::vector<size_t> first{0};
+  std::vector<double> limits;
+  uses.reserve(3 * steps.size());
+  first.reserve(steps.size() + 1);
+  limits.reserve(steps.size());
+  for (const Step& st : steps) {
+    const size_t from = uses.size();
+    for (const auto& [link, bandwidth] : st.links) uses.push_back({link_index.index_of(link)});
+    std::sort(uses.begin() + static_cast<std::ptrdiff_t>(from), uses.end(),
+              [](const sim::LinkUse& a, const sim::LinkUse& b) { return a.link < b.link; });
+    first.push_back(uses.size());
+    // A step goes no faster than its sender's link, and the receiver's, which it crosses, holds it
+    // to that already unless the sender's is the slower.
+    const double sender = c.device_bandwidth_of(st.play->from);
+    limits.push_back(sender < c.device_bandwidth_of(st.play->to)
+                         ? sender
+                         : std::numeric_limits<double>::infinity());
+  }
+  sim::FairShare rates(std::move(capacity), std::move(uses), std::move(first), std::move(limits));
   // Per device: its steps that are ready and not started, in step order, and how many of them
   // cross hosts (what a stage has in stock).
   std::vector<std::vector<int>> pending(device.size());
@@ -1583,7 +1604,6 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   struct Flow {
     int step = 0;
     double left = 0;  // bytes
-    double rate = 0;  // bytes per second
   };
   std::vector<Flow> active;
   std::vector<bool> busy(device.size(), false);
@@ -1593,97 +1613,6 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<int> inside_to(device.size(), 0);                    // those of them inside its host
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
-  // Max-min fair rates by progressive filling of the links the active steps share: the link whose
-  // equal share is least (the first such in `shared` on ties) fixes the rate of every step on it,
-  // which leaves the other links of those steps less to share. A heap of (share, position in
-  // `shared`) finds that link without rescanning every link per level; an entry whose link has
-  // changed since is stale and skipped. The steps of a link are fixed in `active` order, so each
-  // link's capacity is reduced in the same order as a scan would.
-  // Only the steps linked (through the links they share, transitively) to a link that a step
-  // started or ended on since are filled again: a few of the dozens active. The others' rates are
-  // what filling every step would give them, to the bit: a link's share never falls as the
-  // filling goes on, so the links of a group of steps are taken in the same order and their
-  // capacities reduced by the same rates, whatever other groups are filled beside them.
-  std::vector<double> capacity(link_index.size(), 0);
-  std::vector<int> users(link_index.size(), 0);
-  std::vector<std::vector<int>> on_link(link_index.size());   // filled flows crossing each link
-  std::vector<int64_t> shared;                                // the links the filled steps cross
-  std::vector<size_t> position(link_index.size(), 0);         // of each link in `shared`
-  using Level = std::pair<double, size_t>;                    // share, position in `shared`
-  std::vector<Level> levels;                                  // a heap, least first
-  std::vector<std::vector<int>> steps_on(link_index.size());  // the active steps on each link
-  std::vector<int64_t> changed;         // links a step started or ended on since the last filling
-  std::vector<int> slot(steps.size());  // each active step's position in `active`
-  std::vector<bool> link_seen(link_index.size(), false), step_seen(steps.size(), false);
-  std::vector<int64_t> seen_links;
-  std::vector<int> refill;  // the positions in `active` of the steps filled again
-  const auto starts_or_ends = [&](int step, bool starts) {
-    for (const auto& [link, bandwidth] : steps[step].links) {
-      if (starts)
-        steps_on[link].push_back(step);
-      else
-        std::erase(steps_on[link], step);
-      changed.push_back(link);
-    }
-  };
-  const auto share_rates = [&] {
-    for (size_t i = 0; i < active.size(); ++i) slot[active[i].step] = static_cast<int>(i);
-    refill.clear();
-    seen_links.clear();
-    while (!changed.empty()) {
-      const int64_t link = changed.back();
-      changed.pop_back();
-      if (link_seen[link]) continue;
-      link_seen[link] = true;
-      seen_links.push_back(link);
-      for (int step : steps_on[link])
-        if (!step_seen[step]) {
-          step_seen[step] = true;
-          refill.push_back(slot[step]);
-          for (const auto& [other, bandwidth] : steps[step].links) changed.push_back(other);
-        }
-    }
-    for (int64_t link : seen_links) link_seen[link] = false;
-    for (int i : refill) step_seen[active[static_cast<size_t>(i)].step] = false;
-    std::sort(refill.begin(), refill.end());
-    shared.clear();
-    for (int i : refill) {
-      active[static_cast<size_t>(i)].rate = -1;
-      for (const auto& [link, bandwidth] : steps[active[static_cast<size_t>(i)].step].links) {
-        if (users[link] == 0) {
-          capacity[link] = bandwidth;
-          position[link] = shared.size();
-          on_link[link].clear();
-          shared.push_back(link);
-        }
-        ++users[link];
-        on_link[link].push_back(i);
-      }
-    }
-    levels.clear();
-    for (size_t at = 0; at < shared.size(); ++at)
-      levels.emplace_back(capacity[shared[at]] / users[shared[at]], at);
-    std::make_heap(levels.begin(), levels.end(), std::greater<>());
-    while (!levels.empty()) {
-      std::pop_heap(levels.begin(), levels.end(), std::greater<>());
-      const auto [share, at] = levels.back();
-      levels.pop_back();
-      const int64_t tightest = shared[at];
-      if (users[tightest] == 0 || capacity[tightest] / users[tightest] != share) continue;
-      for (int i : on_link[tightest]) {
-        Flow& f = active[static_cast<size_t>(i)];
-        if (f.rate >= 0) continue;
-        f.rate = std::min(share, steps[f.step].most);
-        for (const auto& [link, bandwidth] : steps[f.step].links) {
-          capacity[link] -= f.rate;
-          if (--users[link] > 0 && link != tightest) {
-            levels.emplace_back(capacity[link] / users[link], position[link]);
-            std::push_heap(levels.begin(), levels.end(), std::greater<>());
-          }
-        }
-      }
-    }
-  };
   const auto choose = [&](int d) {  // an index of `device`
     int best = -1;
     std::tuple<int, int, int, double> best_key;
@@ -1755,26 +1684,26 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         out_left[static_cast<size_t>(st.nic_from)] -= bytes;
       }
       active.push_back({s, bytes});
-      starts_or_ends(s, true);
+      rates.start(s);
       ops.push_back(
           transfer_op({st.play->to}, 0, st.play->slice, *st.play->job, st.play->from, batch, 0));
     }
   };
   start_free_devices();
   while (!active.empty()) {
-    share_rates();
+    rates.fill();
     double dt = -1;
     for (const Flow& f : active)
-      if (dt < 0 || f.left / f.rate < dt) dt = f.left / f.rate;
+      if (dt < 0 || f.left / rates.rate(f.step) < dt) dt = f.left / rates.rate(f.step);
     std::vector<Flow> still;
     for (Flow& f : active) {
-      f.left -= f.rate * dt;
+      f.left -= rates.rate(f.step) * dt;
       if (f.left > 1e-9 * static_cast<double>(steps[f.step].play->bytes)) {
         still.push_back(f);
         continue;
       }
       const Step& st = steps[f.step];
-      starts_or_ends(f.step, false);
+      rates.end(f.step);
       busy[st.from] = false;
       coming[st.to] -= st.play->hand_over;
       --flows_to[st.to];

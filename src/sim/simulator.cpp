@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <limits>
 #include <queue>
-#include <tuple>
 
 #include "meshcast/dense_index.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/chain_window.h"
 #include "meshcast/plan/dependencies.h"
+#include "meshcast/sim/fair_share.h"
 #include "network.h"
 
 namespace meshcast {
@@ -24,7 +24,6 @@ struct Usage {
   int link = 0;
   double weight = 0;
   int64_t bytes = 0;
-  int slot = -1;  // position in the link's list of active flows
 };
 
 // Everything about one op that does not change while it runs.
@@ -180,16 +179,8 @@ void model_op(const Op& op, const Network& net, const Cluster& cluster, const Ba
   if (m.work_bytes <= 0) m.usages.clear();
 }
 
-OpModel model_op(const Op& op, const Network& net, const Cluster& cluster, const Batch& batch) {
-  OpModel m;
-  model_op(op, net, cluster, batch, m);
-  return m;
-}
-
 // The event-driven player: ops start when the ops they depend on have ended (op_dependencies:
-// full-duplex devices), flows share links
-// max-min fairly, and rates are recomputed only for the flows connected (through shared links)
-// to a flow that started or ended.
+// full-duplex devices), and flows share links max-min fairly (sim::FairShare).
 class Engine {
  public:
   // Plays `ops` of `batch` on `cluster`; with `report`, also keeps what SimResult reports per link.
@@ -198,19 +189,34 @@ class Engine {
       : ops_(ops), net_(cluster), options_(options), report_(report) {
     const size_t n = ops.size();
     const auto& tensors = batch.tensors;
-    models_.reserve(n);
+    // Every op's flow over its links, op after op (sim::FairShare's flat arrays: no allocation
+    // per op).
+    std::vector<sim::LinkUse> uses;
+    std::vector<size_t> first{0};
+    std::vector<double> limits;
+    first.reserve(n + 1);
+    limits.reserve(n);
+    latency_s_.reserve(n);
+    work_bytes_.reserve(n);
+    OpModel m;  // its usages' memory kept from op to op
     for (const Op& op : ops) {
       for (const Piece& piece : op.pieces)
         if (piece.tensor < 0 || piece.tensor >= static_cast<int>(tensors.size()))
           throw InvalidArgument(
               fmt::format("op {}: tensor {} does not exist: the batch has {} tensors", op.id,
                           piece.tensor, tensors.size()));
-      models_.push_back(model_op(op, net_, cluster, batch));
-      steps_ += 1 + static_cast<int64_t>(models_.back().usages.size());
+      model_op(op, net_, cluster, batch, m);
+      for (const Usage& u : m.usages) {
+        uses.push_back({u.link, u.weight});
+        if (report_) use_bytes_.push_back(u.bytes);
+      }
+      first.push_back(uses.size());
+      limits.push_back(m.max_rate);
+      latency_s_.push_back(m.latency_s);
+      work_bytes_.push_back(m.work_bytes);
+      steps_ += 1 + static_cast<int64_t>(m.usages.size());
     }
     state_.resize(n);
-    flow_mark_.assign(n, 0);
-    frozen_.assign(n, 0);
     // Each op waits for its dependencies to end; dependents_ lists, per op, the ops waiting on it.
     const auto deps = op_dependencies(batch, ops);
     dependents_.resize(n);
@@ -221,23 +227,18 @@ class Engine {
     }
     // Tables are indexed by the links the ops use, not by all of the cluster's.
     std::vector<int64_t> ids;
-    for (const OpModel& m : models_)
-      for (const Usage& u : m.usages) ids.push_back(u.link);
+    ids.reserve(uses.size());
+    for (const sim::LinkUse& u : uses) ids.push_back(u.link);
     links_ = DenseIndex(std::move(ids));
-    // The map is increasing, so usages stay sorted by link.
-    for (OpModel& m : models_)
-      for (Usage& u : m.usages) u.link = links_.index_of(u.link);
+    // The map is increasing, so each op's uses stay sorted by link.
+    for (sim::LinkUse& u : uses) u.link = links_.index_of(u.link);
     const int links = links_.size();
-    link_flows_.resize(links);
     busy_since_.assign(links, 0);
-    capacity_.resize(links);
-    for (int l = 0; l < links; ++l) capacity_[l] = net_.capacity(static_cast<int>(links_.id_at(l)));
+    std::vector<double> capacity(links);
+    for (int l = 0; l < links; ++l) capacity[l] = net_.capacity(static_cast<int>(links_.id_at(l)));
+    fair_ =
+        sim::FairShare(std::move(capacity), std::move(uses), std::move(first), std::move(limits));
     if (report_) stats_.resize(links);
-    link_stamp_.assign(links, 0);
-    link_mark_.assign(links, 0);
-    link_used_.assign(links, 0);
-    link_weight_.assign(links, 0);
-    link_unfrozen_.assign(links, 0);
     last_rate_.assign(links, 0);
   }
 
@@ -311,54 +312,39 @@ class Engine {
   void start(int i) {
     OpState& s = state_[i];
     s.start_s = now_;
-    if (models_[i].latency_s > 0)
-      events_.push({now_ + models_[i].latency_s, i, Event::latency_done, 0});
+    if (latency_s_[i] > 0)
+      events_.push({now_ + latency_s_[i], i, Event::latency_done, 0});
     else
       activate(i);
   }
 
   void activate(int i) {
-    const OpModel& m = models_[i];
-    if (m.usages.empty()) {
+    if (fair_.uses(i).empty()) {
       done_.push_back(i);
       return;
     }
     OpState& s = state_[i];
     s.active = true;
-    s.remaining = m.work_bytes;
+    s.remaining = work_bytes_[i];
     s.rate = 0;
     s.last = now_;
     ++result_.flows;
-    for (Usage& u : models_[i].usages) {
-      auto& flows = link_flows_[u.link];
-      if (flows.empty()) busy_since_[u.link] = now_;
-      u.slot = static_cast<int>(flows.size());
-      flows.push_back(i);
-      dirty_.push_back(u.link);
-    }
+    if (report_)
+      for (const sim::LinkUse& u : fair_.uses(i))
+        if (fair_.flows_on(u.link).empty()) busy_since_[u.link] = now_;
+    fair_.start(i);
   }
 
   void deactivate(int i) {
     state_[i].active = false;
-    for (Usage& u : models_[i].usages) {
-      auto& flows = link_flows_[u.link];
-      const int moved = flows.back();
-      flows[u.slot] = moved;
-      flows.pop_back();
-      if (moved != i) slot_of(moved, u.link) = u.slot;
-      if (report_) {
-        if (flows.empty()) stats_[u.link].busy_s += now_ - busy_since_[u.link];
-        stats_[u.link].bytes += u.bytes;
+    fair_.end(i);
+    if (report_) {
+      const int64_t* bytes = use_bytes_.data() + fair_.first_use(i);
+      for (const sim::LinkUse& u : fair_.uses(i)) {
+        if (fair_.flows_on(u.link).empty()) stats_[u.link].busy_s += now_ - busy_since_[u.link];
+        stats_[u.link].bytes += *bytes++;
       }
-      dirty_.push_back(u.link);
     }
-  }
-
-  int& slot_of(int op, int link) {
-    auto& usages = models_[op].usages;
-    auto it = std::lower_bound(usages.begin(), usages.end(), link,
-                               [](const Usage& u, int l) { return u.link < l; });
-    return it->slot;
   }
 
   // Finishes the ops in done_, and everything that becomes ready and finishes at once.
@@ -374,106 +360,25 @@ class Engine {
     }
   }
 
-  // Max-min fair rates (progressive filling) for the flows reachable from the dirty links.
+  // Rates the flows a start or end reached again, each flow's bytes moved so far counted first.
   void recompute() {
-    if (dirty_.empty()) return;
-    ++mark_;
-    std::vector<int>& comp_links = scratch_links_;
-    std::vector<int>& comp_flows = scratch_flows_;
-    comp_links.clear();
-    comp_flows.clear();
-    for (int l : dirty_) visit_link(l);
-    dirty_.clear();
-    for (size_t k = 0; k < comp_links.size(); ++k)
-      for (int f : link_flows_[comp_links[k]]) {
-        if (flow_mark_[f] == mark_) continue;
-        flow_mark_[f] = mark_;
-        comp_flows.push_back(f);
-        for (const Usage& u : models_[f].usages) visit_link(u.link);
-      }
-
-    heap_.clear();
-    for (int l : comp_links) {
-      link_used_[l] = 0;
-      link_weight_[l] = 0;
-      link_unfrozen_[l] = 0;
-    }
-    steps_ += static_cast<int64_t>(comp_links.size());
-    for (int f : comp_flows) {
-      steps_ += static_cast<int64_t>(models_[f].usages.size());
+    fair_.fill();
+    steps_ += static_cast<int64_t>(fair_.filled_links().size());
+    for (int f : fair_.filled()) {
+      steps_ += static_cast<int64_t>(fair_.uses(f).size());
       OpState& s = state_[f];
       s.remaining = std::max(0.0, s.remaining - s.rate * (now_ - s.last));
       s.last = now_;
-      for (const Usage& u : models_[f].usages) {
-        link_weight_[u.link] += u.weight;
-        ++link_unfrozen_[u.link];
-      }
-    }
-    for (int l : comp_links) push_level(l);
-    // A flow with a rate limit of its own (a chain's message rate) freezes at it unless a link
-    // freezes it lower first: an entry -1-f in the heap.
-    for (int f : comp_flows)
-      if (models_[f].max_rate < std::numeric_limits<double>::infinity()) {
-        heap_.push_back({models_[f].max_rate, -1 - f, 0});
-        std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
-      }
-    ++freeze_mark_;
-    double floor = 0;  // levels only grow; this keeps rounding from lowering one
-    const auto freeze = [&](int f, double level) {
-      frozen_[f] = freeze_mark_;
-      set_rate(f, level);
-      for (const Usage& u : models_[f].usages) {
-        link_used_[u.link] += u.weight * level;
-        link_weight_[u.link] -= u.weight;
-        --link_unfrozen_[u.link];
-        push_level(u.link);
-      }
-    };
-    while (!heap_.empty()) {
-      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
-      const auto [popped, l, stamp] = heap_.back();
-      heap_.pop_back();
-      if (l < 0) {
-        if (frozen_[-1 - l] == freeze_mark_) continue;
-        floor = std::max(popped, floor);
-        freeze(-1 - l, floor);
-        continue;
-      }
-      if (stamp != link_stamp_[l] || link_unfrozen_[l] == 0) continue;
-      const double level = std::max(popped, floor);
-      floor = level;
-      for (int f : link_flows_[l])
-        if (frozen_[f] != freeze_mark_) freeze(f, level);
+      set_rate(f, fair_.rate(f));
     }
     if (options_.record_link_rates)
-      for (int l : comp_links) {
+      for (int l : fair_.filled_links()) {
         double rate = 0;
-        for (int f : link_flows_[l]) rate += state_[f].rate * usage_weight(f, l);
+        for (int f : fair_.flows_on(l)) rate += state_[f].rate * fair_.weight_on(f, l);
         if (rate != last_rate_[l])
           result_.link_rates.push_back({static_cast<int>(links_.id_at(l)), now_, rate});
         last_rate_[l] = rate;
       }
-  }
-
-  void visit_link(int l) {
-    if (link_mark_[l] == mark_) return;
-    link_mark_[l] = mark_;
-    scratch_links_.push_back(l);
-  }
-
-  void push_level(int l) {
-    ++link_stamp_[l];
-    if (link_unfrozen_[l] == 0) return;
-    const double level = std::max(0.0, capacity_[l] - link_used_[l]) / link_weight_[l];
-    heap_.push_back({level, l, link_stamp_[l]});
-    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
-  }
-
-  double usage_weight(int op, int link) {
-    const auto& usages = models_[op].usages;
-    auto it = std::lower_bound(usages.begin(), usages.end(), link,
-                               [](const Usage& u, int l) { return u.link < l; });
-    return it->weight;
   }
 
   void set_rate(int f, double rate) {
@@ -489,27 +394,20 @@ class Engine {
   SimOptions options_;
   bool report_;
   int64_t steps_ = 0;
-  std::vector<OpModel> models_;
+  std::vector<double> latency_s_;   // per op: paid before its data moves
+  std::vector<double> work_bytes_;  // per op: what its flow moves at its shared rate
+  std::vector<int64_t> use_bytes_;  // with report_: per use of a link (FairShare's order), bytes
   std::vector<OpState> state_;
   std::vector<std::vector<int>> dependents_;  // per op, the ops that wait for it
   DenseIndex links_;                          // the links the ops use
-  std::vector<double> capacity_;              // per link
-  std::vector<std::vector<int>> link_flows_;
+  sim::FairShare fair_;                       // their flows' rates, op i's flow i
   std::vector<double> busy_since_;
   std::vector<LinkStats> stats_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<int> done_;
-  std::vector<int> dirty_;
   double now_ = 0;
   SimResult result_;
-
-  // Scratch state of recompute(), kept to avoid allocating per step.
-  int mark_ = 0, freeze_mark_ = 0;
-  std::vector<int> link_mark_, flow_mark_, frozen_;
-  std::vector<int> scratch_links_, scratch_flows_;
-  std::vector<int> link_stamp_, link_unfrozen_;
-  std::vector<double> link_used_, link_weight_, last_rate_;
-  std::vector<std::tuple<double, int, int>> heap_;
+  std::vector<double> last_rate_;  // per link, for options_.record_link_rates
 };
 
 }  // namespace
