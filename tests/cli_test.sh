@@ -172,6 +172,16 @@ check plan-nics-bound 0 "estimate: .*\(1\.0[0-4][0-9]x the lower bound\)" -- "$M
 check plan-bad-nics 2 "bad --nics-per-host 0: expected a number in 1..1024" -- "$MESHCAST" plan --paper-case 7 --nics-per-host 0
 "$MESHCAST" plan --paper-case 7 --json >"$TMP/p7.json"
 check simulate-plan-nics 2 "--nics-per-host conflicts with --plan" -- "$MESHCAST" simulate --plan "$TMP/p7.json" --nics-per-host 2
+# plan --cluster: made for the file's cluster (as --nics-per-host 2 makes it), or a --plan document
+# counted on it; a missing file, or with --check, refused.
+echo '{"nics_per_host": 2}' >"$TMP/two-nics.json"
+"$MESHCAST" plan --paper-case 7 --nics-per-host 2 --json >"$TMP/p7-two-nics.json"
+"$MESHCAST" plan --paper-case 7 --cluster "$TMP/two-nics.json" --json >"$TMP/p7-cluster.json"
+check plan-cluster-file 0 '"nics_per_host":2' -- cat "$TMP/p7-cluster.json"
+check plan-cluster-same 0 "" -- cmp "$TMP/p7-two-nics.json" "$TMP/p7-cluster.json"
+check plan-cluster-plan-file 0 "on 3 hosts x 4 devices, NICs per host as the cluster lists them" -- "$MESHCAST" plan --plan "$TMP/p7.json" --cluster "$TMP/cluster.json"
+check plan-cluster-missing 2 "cannot read cluster file '/no/such.json'" -- "$MESHCAST" plan --paper-case 7 --cluster /no/such.json
+check plan-cluster-check 2 "--cluster conflicts with --check" -- "$MESHCAST" plan --check "$TMP/p7.json" --cluster "$TMP/two-nics.json"
 "$MESHCAST" plan --paper-case 7 --strategy allgather --json >"$TMP/plan.json"
 check simulate-plan-file 0 "plan: allgather balance size" -- "$MESHCAST" simulate --plan "$TMP/plan.json"
 "$MESHCAST" simulate --paper-case 1 --trace "$TMP/trace.json" >/dev/null

@@ -18,7 +18,9 @@
 #include "meshcast/plan/json_input.h"
 #include "meshcast/plan/validate.h"
 #include "meshcast/planner/estimate.h"
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
+#include "meshcast/tasks/batch.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast::cli {
@@ -235,6 +237,13 @@ std::vector<CLI::Option*> add_plan_source_options(CLI::App& verb, PlanSourceOpti
   return options;
 }
 
+CLI::Option* add_cluster_file_option(CLI::App& verb, PlanSourceOptions& o) {
+  return verb.add_option("--cluster", o.cluster_file,
+                         "Cluster document (docs/json.md), e.g. from meshcast calibrate: its keys "
+                         "replace the cluster the plan is made for, or that a --plan document "
+                         "is played on");
+}
+
 Plan load_plan_file(const std::string& path) {
   const nlohmann::json j = read_json_file(path, "plan");
   try {
@@ -307,22 +316,40 @@ PlanOptions PlanSourceOptions::plan_options() const {
 
 namespace {
 
-// The batch of --batch, or the resharding the layout options describe (both validated).
+// `batch` on the cluster of --cluster, if given (validated).
+Batch on_cluster_file(Batch batch, const PlanSourceOptions& o) {
+  if (o.cluster_file.empty()) return batch;
+  batch.cluster = load_cluster_file(o.cluster_file, batch.cluster);
+  batch.validate();
+  return batch;
+}
+
+// The batch of --batch, or the resharding the layout options describe, on --cluster's cluster.
 Batch batch_from_options(const PlanSourceOptions& o) {
-  if (!o.batch_file.empty()) return load_batch_file(o.batch_file);
-  return Batch::of_one(make_resharding(o.layout, o.cluster));
+  return on_cluster_file(o.batch_file.empty() ? Batch::of_one(make_resharding(o.layout, o.cluster))
+                                              : load_batch_file(o.batch_file),
+                         o);
+}
+
+// The plan of --plan, on --cluster's cluster: its ops kept, its bound counted for that cluster.
+Plan plan_file_on_cluster_file(const PlanSourceOptions& o) {
+  Plan plan = load_plan_file(o.plan_file);
+  if (o.cluster_file.empty()) return plan;
+  plan.batch = on_cluster_file(std::move(plan.batch), o);
+  plan.lower_bound_s = lower_bound(plan.batch, decompose(plan.batch));
+  return plan;
 }
 
 }  // namespace
 
 Plan plan_from_options(const PlanSourceOptions& o) {
-  if (!o.plan_file.empty()) return load_plan_file(o.plan_file);
+  if (!o.plan_file.empty()) return plan_file_on_cluster_file(o);
   return make_plan(batch_from_options(o), o.plan_options());
 }
 
 EstimatedPlan estimated_plan_from_options(const PlanSourceOptions& o) {
   if (o.plan_file.empty()) return make_estimated_plan(batch_from_options(o), o.plan_options());
-  Plan plan = load_plan_file(o.plan_file);
+  Plan plan = plan_file_on_cluster_file(o);
   const double estimate_s = estimate(plan);
   return {std::move(plan), estimate_s};
 }

@@ -66,6 +66,10 @@ struct PlanSourceOptions {
   int64_t bucket_bytes = -1;  // -1: default_bucket_bytes of the cluster
   std::string plan_file;      // --plan: a plan document replaces all options above
   std::string batch_file;     // --batch: a batch file replaces the layout and cluster options
+  // --cluster (plan, simulate; not added by add_plan_source_options, as `run` gives it another
+  // meaning): a cluster document whose keys replace the cluster the plan is made for, or that a
+  // --plan document is played on.
+  std::string cluster_file;
 
   // The planner options of the command line (strategy, balance, split, chunk, bucket, effort).
   PlanOptions plan_options() const;
@@ -75,6 +79,8 @@ struct PlanSourceOptions {
 // --chunk-bytes, --bucket-bytes, --plan and --batch; --plan excludes all the others and --batch the
 // layout and cluster options. Returns them all.
 std::vector<CLI::Option*> add_plan_source_options(CLI::App& verb, PlanSourceOptions& options);
+// Adds --cluster FILE (PlanSourceOptions::cluster_file) and returns it.
+CLI::Option* add_cluster_file_option(CLI::App& verb, PlanSourceOptions& options);
 // Reads a plan document (docs/json.md) and validates it. Throws ParseError or InvalidArgument
 // naming the file and the problem.
 Plan load_plan_file(const std::string& path);
@@ -86,7 +92,8 @@ Batch load_batch_file(const std::string& path);
 Cluster load_cluster_file(const std::string& path, const Cluster& defaults);
 
 // The plan of --plan, or make_plan over the batch of --batch or the resharding the layout options
-// describe. Throws InvalidArgument naming a bad option.
+// describe; with --cluster, on that cluster (a --plan document's bound counted again for it).
+// Throws InvalidArgument naming a bad option.
 Plan plan_from_options(const PlanSourceOptions& options);
 // plan_from_options and its estimate, the planner's own simulation of the plan reused where it
 // ran one.

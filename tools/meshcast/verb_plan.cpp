@@ -80,9 +80,11 @@ void add_plan_verb(CLI::App& app) {
       ->capture_default_str()
       ->check(in_range(0))
       ->excludes(json);
+  auto* cluster = add_cluster_file_option(*verb, options->source);
   auto* check = verb->add_option("--check", options->check_file,
                                  "Validate this plan document and report it (exit 2 when invalid)");
   for (CLI::Option* option : source) check->excludes(option);
+  check->excludes(cluster);
   verb->callback([options] {
     if (!options->check_file.empty()) {
       const Plan plan = load_plan_file(options->check_file);

@@ -11,7 +11,6 @@
 #include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
-#include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/sim/trace.h"
@@ -22,8 +21,7 @@ namespace meshcast::cli {
 namespace {
 
 struct SimulateOptions {
-  PlanSourceOptions source;
-  std::string cluster_file;
+  PlanSourceOptions source;  // its --cluster: the cluster planned for and played on
   int top = 5;
   bool json = false;
   std::string trace_file;
@@ -33,14 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The cluster to simulate on: the plan's, with the --cluster file's keys over it.
-Cluster target_cluster(const SimulateOptions& o, const Cluster& plan_cluster) {
-  Cluster c =
-      o.cluster_file.empty() ? plan_cluster : load_cluster_file(o.cluster_file, plan_cluster);
-  c.validate();
-  return c;
 }
 
 struct Report {
@@ -55,26 +45,10 @@ Report run_simulation(const SimulateOptions& o) {
   Report r;
   auto start = Clock::now();
   r.plan = plan_from_options(o.source);
-  const Cluster cluster = target_cluster(o, r.plan.batch.cluster);
-  if (!(cluster == r.plan.batch.cluster)) {
-    Batch batch = r.plan.batch;
-    batch.cluster = cluster;
-    batch.validate();
-    if (o.source.plan_file.empty()) {
-      // Plan again for the cluster it will run on: balance=order weighs hosts by bandwidth.
-      PlanOptions options = o.source.plan_options();
-      options.strategy = r.plan.strategy;
-      options.balance = r.plan.balance;
-      r.plan = make_plan(batch, options);
-    } else {
-      r.plan.batch = batch;
-      r.plan.lower_bound_s = lower_bound(batch, decompose(batch));
-    }
-  }
   r.plan_s = seconds_since(start);
   r.lower_bound_s = r.plan.lower_bound_s;
   start = Clock::now();
-  r.sim = simulate(r.plan, cluster, {.record_link_rates = !o.trace_file.empty()});
+  r.sim = simulate(r.plan, r.plan.batch.cluster, {.record_link_rates = !o.trace_file.empty()});
   r.sim_s = seconds_since(start);
   return r;
 }
@@ -156,8 +130,7 @@ void add_simulate_verb(CLI::App& app) {
   auto* verb = app.add_subcommand(
       "simulate", "Play a plan on the flow-level network simulator (time, bound, busiest links)");
   add_plan_source_options(*verb, o->source);
-  verb->add_option("--cluster", o->cluster_file,
-                   "Cluster JSON (docs/json.md); its keys replace the layout's cluster");
+  add_cluster_file_option(*verb, o->source);
   verb->add_option("--top", o->top, "Busiest links to list")
       ->capture_default_str()
       ->check(in_range(0));
