@@ -51,8 +51,41 @@ Cluster to_cluster(const py::handle& cluster) {
   c.device_bandwidth = gbps_to_bytes(cluster.attr("dev_gbps").cast<double>());
   c.latency = cluster.attr("latency_us").cast<double>() * 1e-6;
   c.nics_per_host = cluster.attr("nics_per_host").cast<int>();
+  for (double gbps : cluster.attr("host_nic_gbps").cast<std::vector<double>>())
+    c.host_nic_bandwidth.push_back(gbps_to_bytes(gbps));
+  c.host_nics = cluster.attr("host_nics").cast<std::vector<int>>();
   c.validate();
   return c;
+}
+
+// The keyword arguments of mc.Cluster that make `c` (Gbps, microseconds; per-host lists empty
+// where the cluster is uniform).
+py::dict cluster_fields(const Cluster& c) {
+  py::dict d;
+  d["hosts"] = c.hosts;
+  d["devices_per_host"] = c.devices_per_host;
+  d["nic_gbps"] = bytes_to_gbps(c.nic_bandwidth);
+  d["dev_gbps"] = bytes_to_gbps(c.device_bandwidth);
+  d["latency_us"] = c.latency * 1e6;
+  d["nics_per_host"] = c.nics_per_host;
+  py::list host_nic_gbps;
+  for (double bytes : c.host_nic_bandwidth) host_nic_gbps.append(bytes_to_gbps(bytes));
+  d["host_nic_gbps"] = host_nic_gbps;
+  d["host_nics"] = c.host_nics;
+  return d;
+}
+
+// mc.Cluster.load: the cluster of a cluster document (docs/json.md), as `--cluster FILE` reads it.
+py::dict cluster_document(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ParseError(fmt::format("not a JSON document: {}", e.what()));
+  }
+  Cluster c = cluster_from_json(j);
+  c.validate();
+  return cluster_fields(c);
 }
 
 py::tuple box_to_tuple(const Box& box) {
@@ -168,7 +201,7 @@ py::tuple layout_parts(const Layout& layout) {
 }
 
 // mc.model_batch: model_batch's tensors as (name, shape, dtype, src parts, dst parts) and the
-// host count of the cluster both sides need. `dimensions`: (key, value) of make_model_config.
+// cluster both sides need (cluster_fields). `dimensions`: (key, value) of make_model_config.
 py::tuple model_batch_parts(const std::string& arch, const std::string& preset,
                             const std::vector<std::pair<std::string, int64_t>>& dimensions,
                             const std::string& dtype, const std::string& train,
@@ -182,7 +215,7 @@ py::tuple model_batch_parts(const std::string& arch, const std::string& preset,
   for (const TensorResharding& t : batch.tensors)
     tensors.append(py::make_tuple(t.name, t.tensor.shape, std::string(to_string(t.tensor.dtype)),
                                   layout_parts(t.src), layout_parts(t.dst)));
-  return py::make_tuple(tensors, batch.cluster.hosts);
+  return py::make_tuple(tensors, cluster_fields(batch.cluster));
 }
 
 py::dict op_to_dict(const Op& op) {
@@ -820,6 +853,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("strategy"), py::arg("balance"), py::arg("split"), py::arg("chunk_bytes"),
         py::arg("search_effort"), py::arg("bucket_bytes"));
   m.def("shrunk_shapes", &shrunk_shapes, py::arg("tensors"), py::arg("bytes"));
+  m.def("cluster_document", &cluster_document, py::arg("text"));
   m.def("model_batch", &model_batch_parts, py::arg("arch"), py::arg("preset"),
         py::arg("dimensions"), py::arg("dtype"), py::arg("train"), py::arg("serve"),
         py::arg("cluster"));

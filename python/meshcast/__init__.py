@@ -43,20 +43,39 @@ def _number(value, what):
 
 
 class Cluster:
-    """hosts x devices_per_host; bandwidths in Gbps per direction, latency in microseconds."""
+    """hosts x devices_per_host; bandwidths in Gbps per direction, latency in microseconds;
+    host_nic_gbps and host_nics, one entry per host, where hosts differ (docs/json.md)."""
 
     def __init__(self, hosts, devices_per_host, nic_gbps=10.0, dev_gbps=100.0, latency_us=5.0,
-                 nics_per_host=1):
+                 nics_per_host=1, *, host_nic_gbps=None, host_nics=None):
         self.hosts = _integer(hosts, "hosts", 32)
         self.devices_per_host = _integer(devices_per_host, "devices_per_host", 32)
         self.nic_gbps = _number(nic_gbps, "nic_gbps")
         self.dev_gbps = _number(dev_gbps, "dev_gbps")
         self.latency_us = _number(latency_us, "latency_us")
         self.nics_per_host = _integer(nics_per_host, "nics_per_host", 32)
+        self.host_nic_gbps = [] if host_nic_gbps is None else \
+            [_number(g, "host_nic_gbps entry") for g in host_nic_gbps]
+        self.host_nics = [] if host_nics is None else \
+            [_integer(n, "host_nics entry", 32) for n in host_nics]
+
+    @classmethod
+    def load(cls, path):
+        """The cluster of a cluster document (docs/json.md), such as `meshcast calibrate -o`
+        writes: what `meshcast plan --cluster FILE` plans for."""
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        try:
+            return cls(**_core.cluster_document(text))
+        except ValueError as e:
+            raise type(e)(f"cluster file {str(path)!r}: {e}") from None
 
     def __repr__(self):
+        per_host = "".join(f", {name}={value}" for name, value in
+                           (("host_nic_gbps", self.host_nic_gbps), ("host_nics", self.host_nics))
+                           if value)
         return (f"Cluster(hosts={self.hosts}, devices_per_host={self.devices_per_host}, "
-                f"nic_gbps={self.nic_gbps}, dev_gbps={self.dev_gbps})")
+                f"nic_gbps={self.nic_gbps}, dev_gbps={self.dev_gbps}{per_host})")
 
 
 class Mesh:
@@ -296,9 +315,9 @@ def model_batch(*, arch="", preset="", dtype="bfloat16", train="tp=1", serve="tp
             raise TypeError(f"model_batch() got an unexpected keyword argument {name!r}: "
                             f"expected arch, preset, dtype, train, serve, cluster or one of {known}")
         given.append((key, _integer(value, name)))
-    entries, hosts = _core.model_batch(str(arch), str(preset), given, _dtype_name(dtype, "dtype"),
-                                       str(train),
-                                       str(serve), cluster)
+    entries, fields = _core.model_batch(str(arch), str(preset), given, _dtype_name(dtype, "dtype"),
+                                        str(train),
+                                        str(serve), cluster)
 
     def layout(parts):
         mesh_shape, devices, spec = parts
@@ -306,9 +325,7 @@ def model_batch(*, arch="", preset="", dtype="bfloat16", train="tp=1", serve="tp
 
     tensors = {name: (tuple(shape), dtype_, layout(src), layout(dst))
                for name, shape, dtype_, src, dst in entries}
-    on = Cluster(hosts, cluster.devices_per_host, cluster.nic_gbps, cluster.dev_gbps,
-                 cluster.latency_us, cluster.nics_per_host)
-    return ModelBatch(tensors, on)
+    return ModelBatch(tensors, Cluster(**fields))
 
 
 def _is_torch(value):

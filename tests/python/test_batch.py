@@ -1,5 +1,7 @@
 """Batches: many named tensors planned together and run with {name: {device: array}}, every
 element checked against mc.shard of its global array."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -107,3 +109,41 @@ def test_a_batch_plan_describes_every_tensor():
     with pytest.raises(ValueError, match=r"plan.shape: the plan moves 4 tensors, each with its own; "
                                          r"plan.batch lists them"):
         plan.shape
+
+
+def test_a_cluster_document_is_loaded_with_its_per_host_nics_and_planned_for(tmp_path):
+    """mc.Cluster.load reads what `meshcast calibrate -o` writes, per-host NICs included, and the
+    plan is made for them; a document `--cluster FILE` refuses is refused, naming the file."""
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"hosts": 4, "devices_per_host": 4, "nic_gbps": 25,
+                                "host_nics": [2, 2, 2, 2]}))
+    loaded = mc.Cluster.load(path)
+    assert (loaded.hosts, loaded.devices_per_host, loaded.nic_gbps, loaded.dev_gbps,
+            loaded.latency_us, loaded.nics_per_host) == (4, 4, 25.0, 100.0, 5.0, 1)
+    assert (loaded.host_nics, loaded.host_nic_gbps) == ([2, 2, 2, 2], [])
+
+    def plan(cluster):
+        return mc.plan(shape=(1 << 20, 16), dtype="float32", src=mc.Layout(TRAIN, "S0R"),
+                       dst=mc.Layout(SERVE, "RR"), cluster=cluster)
+    two = plan(loaded)
+    same = plan(mc.Cluster(4, 4, nic_gbps=25, host_nics=[2, 2, 2, 2]))
+    assert (two.ops, two.lower_bound_s) == (same.ops, same.lower_bound_s)
+    # The per-host NICs reach the planner: each host's bytes leave by two NICs instead of one.
+    assert two.lower_bound_s == pytest.approx(plan(mc.Cluster(4, 4, nic_gbps=25)).lower_bound_s / 2,
+                                              rel=0.01)
+    with pytest.raises(ValueError, match="per-host NIC counts list 3 entries, expected 4"):
+        plan(mc.Cluster(4, 4, host_nics=[1, 2, 2]))
+    # A model's batch keeps them on the hosts it lays out (the hosts beyond get nics_per_host).
+    model = mc.model_batch(arch="llama", hidden=64, layers=2, heads=4, ffn=128, vocab=100,
+                           train="tp=2", serve="tp=2", cluster=mc.Cluster(1, 4, host_nics=[2]))
+    assert (model.cluster.hosts, model.cluster.host_nics) == (2, [2, 1])
+
+    path.write_text('{"nic_gbs": 100}')
+    with pytest.raises(ValueError, match=r"cluster file '.*cluster.json': cluster: unknown key "
+                                         r"'nic_gbs'.*\(did you mean 'nic_gbps'\?\)"):
+        mc.Cluster.load(path)
+    path.write_text("nics_per_host: 2")
+    with pytest.raises(ValueError, match="cluster.json': not a JSON document"):
+        mc.Cluster.load(path)
+    with pytest.raises(FileNotFoundError):
+        mc.Cluster.load(tmp_path / "missing.json")
