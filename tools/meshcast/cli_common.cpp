@@ -320,7 +320,12 @@ namespace {
 Batch on_cluster_file(Batch batch, const PlanSourceOptions& o) {
   if (o.cluster_file.empty()) return batch;
   batch.cluster = load_cluster_file(o.cluster_file, batch.cluster);
-  batch.validate();
+  try {
+    batch.validate();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(
+        fmt::format("cluster file '{}' does not fit the meshes: {}", o.cluster_file, e.what()));
+  }
   return batch;
 }
 
