@@ -282,7 +282,9 @@ struct Simulation {
   std::vector<LinkStats> busiest_links;
 };
 
-Simulation simulate_plan(const Plan& plan, int top) {
+// Plan.simulate: on the plan's own cluster, or on `cluster` (an mc.Cluster) with its bound for it.
+Simulation simulate_plan(const Plan& given, int top, const py::object& cluster) {
+  const Plan plan = cluster.is_none() ? given : on_cluster(given, to_cluster(cluster));
   const SimResult sim = simulate(plan);
   Simulation s{sim.time_s, plan.lower_bound_s, {}};
   for (const LinkStats* l : busiest_links(sim, top)) s.busiest_links.push_back(*l);
@@ -928,7 +930,7 @@ PYBIND11_MODULE(_core, m) {
             return plan;
           },
           py::arg("text"))
-      .def("simulate", &simulate_plan, py::arg("top") = 5)
+      .def("simulate", &simulate_plan, py::arg("top") = 5, py::arg("cluster") = py::none())
       .def("__eq__", [](const Plan& a, const Plan& b) { return a == b; })
       .def("__repr__", [](const Plan& p) {
         if (p.batch.tensors.size() > 1)

@@ -898,4 +898,11 @@ Plan make_plan(const Resharding& problem, const PlanOptions& options) {
   return make_plan(Batch::of_one(problem), options);
 }
 
+Plan on_cluster(Plan plan, const Cluster& cluster) {
+  plan.batch.cluster = cluster;
+  plan.batch.validate();
+  plan.lower_bound_s = lower_bound(plan.batch, decompose(plan.batch));
+  return plan;
+}
+
 }  // namespace meshcast

@@ -133,6 +133,14 @@ def test_a_cluster_document_is_loaded_with_its_per_host_nics_and_planned_for(tmp
                                               rel=0.01)
     with pytest.raises(ValueError, match="per-host NIC counts list 3 entries, expected 4"):
         plan(mc.Cluster(4, 4, host_nics=[1, 2, 2]))
+    # The plan for two NICs played on one NIC a host, as `simulate --plan --cluster` plays it: the
+    # bound of that cluster, and a time no plan beats there, far beyond the two NICs'.
+    one_nic = mc.Cluster(4, 4, nic_gbps=25)
+    played = two.simulate(cluster=one_nic)
+    assert played.lower_bound_s == plan(one_nic).lower_bound_s
+    assert played.time_s >= played.lower_bound_s > 1.5 * two.simulate().time_s
+    with pytest.raises(ValueError, match="uses device 8, but the cluster has 2 hosts"):
+        two.simulate(cluster=mc.Cluster(2, 4))
     # A model's batch keeps them on the hosts it lays out (the hosts beyond get nics_per_host).
     model = mc.model_batch(arch="llama", hidden=64, layers=2, heads=4, ffn=128, vocab=100,
                            train="tp=2", serve="tp=2", cluster=mc.Cluster(1, 4, host_nics=[2]))

@@ -18,9 +18,7 @@
 #include "meshcast/plan/json_input.h"
 #include "meshcast/plan/validate.h"
 #include "meshcast/planner/estimate.h"
-#include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
-#include "meshcast/tasks/batch.h"
 #include "meshcast/tasks/paper_cases.h"
 
 namespace meshcast::cli {
@@ -316,33 +314,35 @@ PlanOptions PlanSourceOptions::plan_options() const {
 
 namespace {
 
-// `batch` on the cluster of --cluster, if given (validated).
-Batch on_cluster_file(Batch batch, const PlanSourceOptions& o) {
-  if (o.cluster_file.empty()) return batch;
-  batch.cluster = load_cluster_file(o.cluster_file, batch.cluster);
+// `make()` (a batch, or a plan on the cluster of --cluster), its errors naming the file.
+template <class Make>
+auto fitted_to_cluster_file(const PlanSourceOptions& o, const Make& make) {
   try {
-    batch.validate();
+    return make();
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(
         fmt::format("cluster file '{}' does not fit the meshes: {}", o.cluster_file, e.what()));
   }
-  return batch;
 }
 
 // The batch of --batch, or the resharding the layout options describe, on --cluster's cluster.
 Batch batch_from_options(const PlanSourceOptions& o) {
-  return on_cluster_file(o.batch_file.empty() ? Batch::of_one(make_resharding(o.layout, o.cluster))
-                                              : load_batch_file(o.batch_file),
-                         o);
+  Batch batch = o.batch_file.empty() ? Batch::of_one(make_resharding(o.layout, o.cluster))
+                                     : load_batch_file(o.batch_file);
+  if (o.cluster_file.empty()) return batch;
+  batch.cluster = load_cluster_file(o.cluster_file, batch.cluster);
+  return fitted_to_cluster_file(o, [&] {
+    batch.validate();
+    return batch;
+  });
 }
 
-// The plan of --plan, on --cluster's cluster: its ops kept, its bound counted for that cluster.
+// The plan of --plan, on --cluster's cluster (on_cluster).
 Plan plan_file_on_cluster_file(const PlanSourceOptions& o) {
   Plan plan = load_plan_file(o.plan_file);
   if (o.cluster_file.empty()) return plan;
-  plan.batch = on_cluster_file(std::move(plan.batch), o);
-  plan.lower_bound_s = lower_bound(plan.batch, decompose(plan.batch));
-  return plan;
+  const Cluster cluster = load_cluster_file(o.cluster_file, plan.batch.cluster);
+  return fitted_to_cluster_file(o, [&] { return on_cluster(std::move(plan), cluster); });
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ Plan make_plan(const Batch& batch, const PlanOptions& options = {});
 // The plan of Batch::of_one(problem).
 Plan make_plan(const Resharding& problem, const PlanOptions& options = {});
 
+// `plan`, its ops kept, on `cluster` instead of its own (e.g. a calibrated one): its lower bound
+// counted for that cluster. Throws InvalidArgument where a mesh of the plan does not fit it.
+Plan on_cluster(Plan plan, const Cluster& cluster);
+
 // A plan and its estimate (estimate(plan), the simulated time).
 struct EstimatedPlan {
   Plan plan;
