@@ -79,8 +79,8 @@ py::dict cluster_fields(const Cluster& c) {
 py::dict cluster_document(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+    j = parse_json(text);
+  } catch (const ParseError& e) {
     throw ParseError(fmt::format("not a JSON document: {}", e.what()));
   }
   Cluster c = cluster_from_json(j);

@@ -153,5 +153,8 @@ def test_a_cluster_document_is_loaded_with_its_per_host_nics_and_planned_for(tmp
     path.write_text("nics_per_host: 2")
     with pytest.raises(ValueError, match="cluster.json': not a JSON document"):
         mc.Cluster.load(path)
+    path.write_text("[" * 100 + "]" * 100)  # read through the library's depth-bounded parser
+    with pytest.raises(ValueError, match="cluster.json': not a JSON document: .*nested more than 32"):
+        mc.Cluster.load(path)
     with pytest.raises(FileNotFoundError):
         mc.Cluster.load(tmp_path / "missing.json")
