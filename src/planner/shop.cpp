@@ -1536,9 +1536,6 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     for (const auto& [link, bandwidth] : st.links) link_keys.push_back(link);
   const DenseIndex link_index(std::move(link_keys));
   std::vector<double> capacity(static_cast<size_t>(link_index.size()));
-  for (const Step& st : steps)
-    for (const auto& [link, bandwidth] : st.links)
-      capacity[static_cast<size_t>(link_index.index_of(link))] = bandwidth;
   std::vector<sim::LinkUse> uses;
   std::vector<size_t> first{0};
   std::vector<double> limits;
@@ -1547,7 +1544,11 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   limits.reserve(steps.size());
   for (const Step& st : steps) {
     const size_t from = uses.size();
-    for (const auto& [link, bandwidth] : st.links) uses.push_back({link_index.index_of(link)});
+    for (const auto& [link, bandwidth] : st.links) {
+      const int l = link_index.index_of(link);
+      capacity[static_cast<size_t>(l)] = bandwidth;
+      uses.push_back({l});
+    }
     std::sort(uses.begin() + static_cast<std::ptrdiff_t>(from), uses.end(),
               [](const sim::LinkUse& a, const sim::LinkUse& b) { return a.link < b.link; });
     first.push_back(uses.size());

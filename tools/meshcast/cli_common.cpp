@@ -314,11 +314,11 @@ PlanOptions PlanSourceOptions::plan_options() const {
 
 namespace {
 
-// `make()` (a batch, or a plan on the cluster of --cluster), its errors naming the file.
-template <class Make>
-auto fitted_to_cluster_file(const PlanSourceOptions& o, const Make& make) {
+// Runs `fit` (which puts meshes on the cluster of --cluster), its errors naming the file.
+template <class Fit>
+void fit_to_cluster_file(const PlanSourceOptions& o, const Fit& fit) {
   try {
-    return make();
+    fit();
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(
         fmt::format("cluster file '{}' does not fit the meshes: {}", o.cluster_file, e.what()));
@@ -331,10 +331,8 @@ Batch batch_from_options(const PlanSourceOptions& o) {
                                      : load_batch_file(o.batch_file);
   if (o.cluster_file.empty()) return batch;
   batch.cluster = load_cluster_file(o.cluster_file, batch.cluster);
-  return fitted_to_cluster_file(o, [&] {
-    batch.validate();
-    return batch;
-  });
+  fit_to_cluster_file(o, [&] { batch.validate(); });
+  return batch;
 }
 
 // The plan of --plan, on --cluster's cluster (on_cluster).
@@ -342,7 +340,8 @@ Plan plan_file_on_cluster_file(const PlanSourceOptions& o) {
   Plan plan = load_plan_file(o.plan_file);
   if (o.cluster_file.empty()) return plan;
   const Cluster cluster = load_cluster_file(o.cluster_file, plan.batch.cluster);
-  return fitted_to_cluster_file(o, [&] { return on_cluster(std::move(plan), cluster); });
+  fit_to_cluster_file(o, [&] { plan = on_cluster(std::move(plan), cluster); });
+  return plan;
 }
 
 }  // namespace
