@@ -18,6 +18,7 @@
 #include "meshcast/plan/json.h"
 #include "meshcast/plan/json_input.h"
 #include "meshcast/plan/validate.h"
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
 #include "meshcast/runtime/buffers.h"
 #include "meshcast/runtime/executor.h"
@@ -280,14 +281,22 @@ struct Simulation {
   double time_s = 0;
   double lower_bound_s = 0;
   std::vector<LinkStats> busiest_links;
+  py::object bound_term;  // {"term", "at", "text"}, or None where the plan's bound is not ours
 };
 
 // Plan.simulate: on the plan's own cluster, or on `cluster` (an mc.Cluster) with its bound for it.
 Simulation simulate_plan(const Plan& given, int top, const py::object& cluster) {
   const Plan plan = cluster.is_none() ? given : on_cluster(given, to_cluster(cluster));
   const SimResult sim = simulate(plan);
-  Simulation s{sim.time_s, plan.lower_bound_s, {}};
+  Simulation s{sim.time_s, plan.lower_bound_s, {}, py::none()};
   for (const LinkStats* l : busiest_links(sim, top)) s.busiest_links.push_back(*l);
+  if (const auto bound = explain_plan_bound(plan)) {
+    py::dict term;
+    term["term"] = std::string(to_string(bound->term));
+    term["at"] = bound->at >= 0 ? py::object(py::int_(bound->at)) : py::object(py::none());
+    term["text"] = describe(*bound, plan.batch);
+    s.bound_term = std::move(term);
+  }
   return s;
 }
 
@@ -877,6 +886,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("time_s", &Simulation::time_s)
       .def_readonly("lower_bound_s", &Simulation::lower_bound_s)
       .def_readonly("busiest_links", &Simulation::busiest_links)
+      .def_readonly("bound_term", &Simulation::bound_term)
       .def("__repr__", [](const Simulation& s) {
         return fmt::format("Simulation(time_s={:g}, lower_bound_s={:g})", s.time_s,
                            s.lower_bound_s);

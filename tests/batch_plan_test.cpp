@@ -93,6 +93,14 @@ TEST(BatchPlanTest, TheBoundOfABatchIsAtLeastEachTensorsBound) {
                            Layout{Mesh({1}, {8}), ShardingSpec::parse("R")}});
   const double per_nic = 32.0 * (1 << 20) / batch.cluster.nic_bandwidth;
   EXPECT_DOUBLE_EQ(lower_bound(batch, decompose(batch)), per_nic + batch.cluster.latency);
+  // The term that says so is the big tensor's own (held({0, 1}) gives the same, and is named
+  // after).
+  const LowerBound bound = explain_lower_bound(batch, decompose(batch));
+  EXPECT_EQ(bound.term, BoundTerm::first_tensor);
+  EXPECT_EQ(bound.at, 0);
+  EXPECT_EQ(describe(bound, batch),
+            "first(S, B) of tensor 'big': what must cross a NIC leaves its holders' hosts at most "
+            "at their rate");
 }
 
 // Joint planning: two tensors whose sources sit on different hosts send at the same time, so

@@ -172,6 +172,14 @@ check plan-nics-bound 0 "estimate: .*\(1\.0[0-4][0-9]x the lower bound\)" -- "$M
 check plan-bad-nics 2 "bad --nics-per-host 0: expected a number in 1..1024" -- "$MESHCAST" plan --paper-case 7 --nics-per-host 0
 "$MESHCAST" plan --paper-case 7 --json >"$TMP/p7.json"
 check simulate-plan-nics 2 "--nics-per-host conflicts with --plan" -- "$MESHCAST" simulate --plan "$TMP/p7.json" --nics-per-host 2
+# The bound's term, where it is this version's count; a plan document whose bound is not (here
+# edited) names none.
+check simulate-bound-term 0 "bound term +in\(h\) of host 1: what it takes in over its NICs" -- "$MESHCAST" simulate --paper-case 7
+check simulate-bound-term-json 0 '"bound_term":\{"at":1,"term":"in","text":"in\(h\) of host 1: ' -- "$MESHCAST" simulate --paper-case 7 --json
+check plan-bound-term 0 "bound term:  in\(h\) of host 1" -- "$MESHCAST" plan --paper-case 7
+sed 's/"lower_bound_s":[0-9.e+-]*/"lower_bound_s":2.5/' "$TMP/p7.json" >"$TMP/p7-edited.json"
+check simulate-bound-term-other 0 "bound term +- \(the plan document's bound is not this version's count\)" -- "$MESHCAST" simulate --plan "$TMP/p7-edited.json"
+check simulate-bound-term-other-json 0 '"bound_term":null' -- "$MESHCAST" simulate --plan "$TMP/p7-edited.json" --json
 # plan --cluster: made for the file's cluster (as --nics-per-host 2 makes it), or a --plan document
 # counted on it; a missing file, or with --check, refused.
 echo '{"nics_per_host": 2}' >"$TMP/two-nics.json"

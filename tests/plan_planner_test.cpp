@@ -363,11 +363,36 @@ TEST(PlannerTest, EstimatedPlanIsThePlanAndItsFreshEstimate) {
   expect_fresh(many, {});
 }
 
+// The term that decides `p`'s bound (docs/concepts.md#lower-bound) and where: each test of a term
+// below checks that its layout is decided by that term, as its comment derives.
+std::pair<BoundTerm, int64_t> term_of(const Resharding& p) {
+  const LowerBound bound = explain_lower_bound(Batch::of_one(p), {decompose(p)});
+  EXPECT_EQ(bound.seconds, lower_bound(p, decompose(p)));
+  return {bound.term, bound.at};
+}
+
 TEST(LowerBoundTest, ReceiverNicOfPaperCase7) {
   // Every destination host must take in the whole tensor: 2 GiB at 10 Gbps, plus the latency of
   // the first message.
   EXPECT_DOUBLE_EQ(lower_bound(paper(7), decompose(paper(7))),
                    paper(7).tensor.bytes() / gbps_to_bytes(10) + paper(7).cluster.latency);
+  EXPECT_EQ(term_of(paper(7)), std::pair(BoundTerm::in, int64_t{1}));  // the first of hosts 1, 2
+}
+
+// A plan's bound is explained where it is this version's count of its batch, and not otherwise
+// (a plan document of another version, or edited), so that no term is named for a bound it is not.
+TEST(LowerBoundTest, APlansBoundIsExplainedWhereItIsThisVersionsCount) {
+  Plan plan = make_plan(paper(7));
+  const std::optional<LowerBound> bound = explain_plan_bound(plan);
+  ASSERT_TRUE(bound);
+  EXPECT_EQ(bound->seconds, plan.lower_bound_s);
+  EXPECT_EQ(describe(*bound, plan.batch),
+            "in(h) of host 1: what it takes in over its NICs, at their bandwidth");
+  plan.lower_bound_s *= 1.5;
+  EXPECT_FALSE(explain_plan_bound(plan));
+  const Plan nothing = make_plan(problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {0}), "R", 1, 1));
+  EXPECT_EQ(explain_plan_bound(nothing), (LowerBound{}));
+  EXPECT_EQ(describe(LowerBound{}, nothing.batch), "nothing has to move");
 }
 
 TEST(LowerBoundTest, SingleSenderHostTerm) {
@@ -376,6 +401,7 @@ TEST(LowerBoundTest, SingleSenderHostTerm) {
   auto p = problem_of({8}, Mesh({1}, {0}), "R", Mesh({2}, {2, 3}), "S0", 2, 2);
   p.cluster.host_nic_bandwidth = {1.0, 4.0};
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 32 / 1.0 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::out, int64_t{0}));
 }
 
 TEST(LowerBoundTest, PooledSenderTerm) {
@@ -386,6 +412,7 @@ TEST(LowerBoundTest, PooledSenderTerm) {
   p.cluster.nic_bandwidth = 1;
   p.cluster.device_bandwidth = 1000;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 24.0 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::first, int64_t{-1}));
 }
 
 TEST(LowerBoundTest, DeviceTerm) {
@@ -393,6 +420,7 @@ TEST(LowerBoundTest, DeviceTerm) {
   auto p = problem_of({4}, Mesh({1}, {0}), "R", Mesh({1}, {1}), "R", 1, 2);
   p.cluster.device_bandwidth = 2;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::dev_in, int64_t{1}));
 }
 
 TEST(LowerBoundTest, LocalHolderTerm) {
@@ -403,11 +431,14 @@ TEST(LowerBoundTest, LocalHolderTerm) {
   p.cluster.nic_bandwidth = 1;
   p.cluster.device_bandwidth = 3;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 8.0 + p.cluster.latency);
+  // (near(d) of device 0 says the same as beside(h) of its host here, which is named first)
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::beside, int64_t{0}));
   // A second holder on host 0 (device 1 itself) lifts the term: device 2's link decides.
   auto two = problem_of({8}, Mesh({2}, {0, 1}), "R", Mesh({2}, {1, 2}), "S0", 2, 3);
   two.cluster.nic_bandwidth = 1;
   two.cluster.device_bandwidth = 3;
   EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 16.0 / 3 + two.cluster.latency);
+  EXPECT_EQ(term_of(two), std::pair(BoundTerm::dev_in, int64_t{2}));
 }
 
 TEST(LowerBoundTest, BytesHeldOnlyInsideAHostSetLeaveThroughItsNics) {
@@ -420,6 +451,7 @@ TEST(LowerBoundTest, BytesHeldOnlyInsideAHostSetLeaveThroughItsNics) {
   p.cluster.nic_bandwidth = 1;
   p.cluster.device_bandwidth = 1000;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 40.0 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::held, int64_t{-1}));
 }
 
 TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
@@ -433,11 +465,13 @@ TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 2;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 160.0 / 7 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::out, int64_t{0}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 160.0 / 7);
   // A second holder on host 0 sends over the other NIC itself: 40 B over two NICs.
   auto two = problem_of({10}, Mesh({2}, {0, 1}), "R", Mesh({2}, {2, 3}), "R", 2, 2);
   two.cluster = p.cluster;
   EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 20 + two.cluster.latency);
+  EXPECT_EQ(term_of(two), std::pair(BoundTerm::in, int64_t{1}));
   // Device 0 alone holds 80 B: device 1 beside it needs the first 40 B, device 2 of host 1 the
   // other 40 B. Device 1's 40 B take device 0's link too: a + (40 - a) / 4 + 40 / 4 <= T with
   // 40 - a <= T gives T >= 50 / 1.75 = 200 / 7 s, where the NICs alone gave 40 / 1.75 (home(d) in
@@ -445,6 +479,7 @@ TEST(LowerBoundTest, ASingleHolderSendsOverItsHostsNicsOneOpAtATime) {
   auto beside = problem_of({20}, Mesh({1}, {0}), "R", Mesh({2}, {1, 2}), "S0", 2, 2);
   beside.cluster = p.cluster;
   EXPECT_DOUBLE_EQ(lower_bound(beside, decompose(beside)), 200.0 / 7 + beside.cluster.latency);
+  EXPECT_EQ(term_of(beside), std::pair(BoundTerm::out, int64_t{0}));
   EXPECT_GE(simulate(make_plan(beside)).time_s, 200.0 / 7);
 }
 
@@ -460,11 +495,13 @@ TEST(LowerBoundTest, ADeviceServingItsHostLeavesItsNicPartOfTheTime) {
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 2;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 25 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::out, int64_t{0}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 25.0);
   // With one NIC both devices feed it: 40 B at 1 B/s, and device 0's 10 s fit beside them.
   auto one = p;
   one.cluster.nics_per_host = 1;
   EXPECT_DOUBLE_EQ(lower_bound(one, decompose(one)), 40 + one.cluster.latency);
+  EXPECT_EQ(term_of(one), std::pair(BoundTerm::in, int64_t{1}));
 }
 
 TEST(LowerBoundTest, ADeviceAloneOnItsNicServesItsHostOverItsPortOrTheOtherNics) {
@@ -479,12 +516,15 @@ TEST(LowerBoundTest, ADeviceAloneOnItsNicServesItsHostOverItsPortOrTheOtherNics)
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 4;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 60.0 / 7 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::near, int64_t{4}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 60.0 / 7);
   // With two NICs device 6 shares NIC 0 with device 4 and takes its part in by it: both NICs
   // count, 60 / (4 + 2) s.
   auto two = p;
   two.cluster.nics_per_host = 2;
   EXPECT_DOUBLE_EQ(lower_bound(two, decompose(two)), 10 + two.cluster.latency);
+  // (where no NIC is device 4's alone, near(d) is beside(h) of its host, which is named first)
+  EXPECT_EQ(term_of(two), std::pair(BoundTerm::beside, int64_t{1}));
 }
 
 TEST(LowerBoundTest, EveryHopHoldsASendPortOfTheCluster) {
@@ -499,6 +539,7 @@ TEST(LowerBoundTest, EveryHopHoldsASendPortOfTheCluster) {
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 2;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 16.5 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::hops, int64_t{-1}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 16.5);
 }
 
@@ -513,6 +554,7 @@ TEST(LowerBoundTest, HoldersOnSomeNicsHandTheRestOverOneOpAtATime) {
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 4;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 80.0 / 7 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::out, int64_t{0}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 80.0 / 7);
 }
 
@@ -530,6 +572,7 @@ TEST(LowerBoundTest, HostsThatHoldASliceTogetherHandItOverToTheirOtherNicsToo) {
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 4;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 64.0 / 7 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::first, int64_t{-1}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 64.0 / 7);
 }
 
@@ -546,6 +589,7 @@ TEST(LowerBoundTest, TheSendPortsOfAHostCarryWhatLeavesItAndWhatItsDevicesTakeFr
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 4;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 176.0 / 9 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::ports, int64_t{0}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 176.0 / 9);
 
   // The example of docs/concepts.md: the same layout at 512 MiB, 10 Gbps NICs, 100 Gbps links.
@@ -578,6 +622,7 @@ TEST(LowerBoundTest, SlicesOnlyAHostHoldsAndNeedsCannotComeBackInOverItsNics) {
   p.cluster.device_bandwidth = 10;
   p.cluster.nics_per_host = 4;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 6 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::ports, int64_t{0}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 6);
 
   // The example of docs/concepts.md at 512 MiB, 10 Gbps NICs and 100 Gbps links (random suite seed
@@ -609,6 +654,7 @@ TEST(LowerBoundTest, ADeviceTakesInFromAfarOnlyOverItsOwnNic) {
   const double ports = (a / nic + (a + b) / dev) / (2 + nic / dev);
   EXPECT_NEAR(ports, 0.1306, 5e-5);
   EXPECT_NEAR(lower_bound(p, decompose(p)), ports + p.cluster.latency, 1e-9);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::ports, int64_t{0}));
 }
 
 TEST(LowerBoundTest, HoldersTogetherSendWhatOnlyTheyHoldThroughTheirOwnLinks) {
@@ -619,6 +665,7 @@ TEST(LowerBoundTest, HoldersTogetherSendWhatOnlyTheyHoldThroughTheirOwnLinks) {
   auto p = problem_of({16}, Mesh({2}, {0, 1}), "R", Mesh({8}, first_devices(8)), "S0", 1, 8);
   p.cluster.device_bandwidth = 4;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 6 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::dev_held, int64_t{-1}));
   const double time = simulate(make_plan(p)).time_s;
   EXPECT_GE(time, 6);
   EXPECT_LE(time, 1.01 * lower_bound(p, decompose(p)));
@@ -626,6 +673,7 @@ TEST(LowerBoundTest, HoldersTogetherSendWhatOnlyTheyHoldThroughTheirOwnLinks) {
   auto three = problem_of({16}, Mesh({3}, {0, 1, 2}), "R", Mesh({8}, first_devices(8)), "S0", 1, 8);
   three.cluster.device_bandwidth = 4;
   EXPECT_DOUBLE_EQ(lower_bound(three, decompose(three)), 40.0 / 12 + three.cluster.latency);
+  EXPECT_EQ(term_of(three), std::pair(BoundTerm::dev_held, int64_t{-1}));
   // Random suite seed 1516 r29 on hosts of 8 devices (`bench --suite random --devices-per-host
   // 8`): two holders of a 512 MiB int32 tensor and a destination S0 over the 8 devices of their
   // host, 3.0x the bound that counted each device's link alone, 1.001x this one.
@@ -651,6 +699,7 @@ TEST(LowerBoundTest, WhatHoldersNeedBesideThemComesFromTheirLinksOrTheirHostsNic
   p.cluster.device_bandwidth = 4;
   p.cluster.nics_per_host = 8;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 5 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::beside, int64_t{0}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 5);
   // The suite's case at its size (512 MiB, the paper's links): the 366 MiB of the five come over
   // two 100 Gbps links and 80 Gbps of NICs, 11.0 ms (docs/concepts.md's example).
@@ -680,10 +729,12 @@ TEST(LowerBoundTest, LatencyCountsOnceAndNothingToMoveCostsNothing) {
   p.cluster.device_bandwidth = 1000;
   p.cluster.latency = 3;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 64 + 3.0);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::in, int64_t{1}));
   // Source and destination on the same device: nothing moves, no message, a bound of 0.
   auto same = problem_of({16}, Mesh({1}, {0}), "R", Mesh({1}, {0}), "R", 1, 1);
   same.cluster.latency = 3;
   EXPECT_DOUBLE_EQ(lower_bound(same, decompose(same)), 0.0);
+  EXPECT_EQ(term_of(same), std::pair(BoundTerm::none, int64_t{-1}));
 }
 
 TEST(LowerBoundTest, ADeviceThatCopiesWhatItAloneHoldsAndSendsWaitsTwoLatencies) {
@@ -696,6 +747,7 @@ TEST(LowerBoundTest, ADeviceThatCopiesWhatItAloneHoldsAndSendsWaitsTwoLatencies)
   p.cluster.device_bandwidth = 4;
   p.cluster.latency = 100;
   EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 2 * 100.0);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::copy, int64_t{-1}));
   EXPECT_GE(simulate(make_plan(p)).time_s, 2 * 100.0);
   // Where the slices a holder needs are held by others too, it may take them in over its link
   // instead of copying: an 18-element tensor in halves on rows {0, 1} and {2, 3}, wanted in

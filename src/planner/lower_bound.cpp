@@ -1,9 +1,12 @@
 #include "meshcast/planner/lower_bound.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <ranges>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -305,7 +308,8 @@ double near_time(const Cluster& cluster, DeviceId d, double local, double in) {
 
 }  // namespace
 
-double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
+LowerBound explain_lower_bound(const Batch& batch,
+                               const std::vector<std::vector<UnitTask>>& tasks) {
   const Cluster& cluster = batch.cluster;
   // Tables over the hosts and devices the tasks name, not the whole cluster.
   std::vector<int64_t> device_ids;
@@ -370,7 +374,6 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   std::vector<int> senders;  // a task's senders as device indices, ascending
   std::vector<int> needing;  // holding hosts (indices) where a device that does not hold t needs it
   const bool hold_sets = task_count <= HeldInside::kMostTasks;
-  double bound = 0;
   std::vector<Pooled> tensor_bounds;
   // A task's sending and receiving hosts (indices into `hosts`), ascending without repeats: sorted
   // vectors kept from task to task, where sets cost an allocation per host of every task.
@@ -485,29 +488,151 @@ double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>&
   capacity.reserve(static_cast<size_t>(hosts.size()));
   for (int h = 0; h < hosts.size(); ++h)
     capacity.emplace_back(cluster, static_cast<int>(hosts.id_at(h)), busy[h]);
-  for (const Pooled& p : tensor_bounds) bound = std::max(bound, p.bound(capacity));
-  bound = std::max({bound, batch_pooled.bound(capacity), held.bound(capacity)});
-  for (int h = 0; h < hosts.size(); ++h) {
-    const double nic = cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
-    bound = std::max({bound, in[h] / nic, (beside[h] + in[h]) / (holders_out[h] + nic)});
-  }
+  // Each term in the order of BoundTerm, so that of equal terms the first is named; equal but for
+  // rounding too (a bisection's lower end against a closed form), while the bound is the largest.
+  LowerBound bound;
+  double named_seconds = 0;
+  const auto consider = [&](double seconds, BoundTerm term, int64_t at = -1) {
+    if (seconds > named_seconds * (1 + 1e-9)) {
+      named_seconds = seconds;
+      bound.term = term;
+      bound.at = at;
+    }
+    bound.seconds = std::max(bound.seconds, seconds);
+  };
+  const auto host_id = [&](int h) { return hosts.id_at(h); };
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0) bound = std::max(bound, least_send_time(capacity, {h}, only[h]));
+    consider(in[h] / cluster.nic_bandwidth_of(static_cast<int>(host_id(h))), BoundTerm::in,
+             host_id(h));
+  for (int h = 0; h < hosts.size(); ++h)
+    consider((beside[h] + in[h]) /
+                 (holders_out[h] + cluster.nic_bandwidth_of(static_cast<int>(host_id(h)))),
+             BoundTerm::beside, host_id(h));
+  for (int h = 0; h < hosts.size(); ++h)
+    if (only[h] > 0) consider(least_send_time(capacity, {h}, only[h]), BoundTerm::out, host_id(h));
   for (int h = 0; h < hosts.size(); ++h)
     if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty())
-      bound = std::max(bound, ports_time(cluster, static_cast<int>(hosts.id_at(h)), only[h],
-                                         receipts[h], stay[h], stay_takers[h]));
-  bound = std::max(bound, port_seconds / cluster.devices());
-  bound = std::max(bound, device_held.bound(dev));
+      consider(ports_time(cluster, static_cast<int>(host_id(h)), only[h], receipts[h], stay[h],
+                          stay_takers[h]),
+               BoundTerm::ports, host_id(h));
+  consider(batch_pooled.bound(capacity), BoundTerm::first);
+  for (size_t i = 0; i < tensor_bounds.size(); ++i)
+    consider(tensor_bounds[i].bound(capacity), BoundTerm::first_tensor, static_cast<int64_t>(i));
+  consider(held.bound(capacity), BoundTerm::held);
+  consider(port_seconds / cluster.devices(), BoundTerm::hops);
+  for (int d = 0; d < devices.size(); ++d)
+    consider(dev_in[d] / dev[d], BoundTerm::dev_in, devices.id_at(d));
+  for (int d = 0; d < devices.size(); ++d)
+    consider(dev_only[d] / dev[d], BoundTerm::dev_only, devices.id_at(d));
+  consider(device_held.bound(dev), BoundTerm::dev_held);
   for (int d = 0; d < devices.size(); ++d) {
     const auto id = static_cast<DeviceId>(devices.id_at(d));
-    bound = std::max({bound, dev_in[d] / dev[d], dev_only[d] / dev[d],
-                      near_time(cluster, id, local[d], in[hosts.index_of(cluster.host_of(id))])});
+    consider(near_time(cluster, id, local[d], in[hosts.index_of(cluster.host_of(id))]),
+             BoundTerm::near, id);
   }
-  bound = std::max(bound, copies);
+  consider(copies, BoundTerm::copy);
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
-  return bound > 0 ? bound + cluster.latency : 0;
+  if (bound.seconds > 0) bound.seconds += cluster.latency;
+  return bound;
+}
+
+double lower_bound(const Batch& batch, const std::vector<std::vector<UnitTask>>& tasks) {
+  return explain_lower_bound(batch, tasks).seconds;
+}
+
+std::optional<LowerBound> explain_plan_bound(const Plan& plan) {
+  LowerBound bound = explain_lower_bound(plan.batch, decompose(plan.batch));
+  if (bound.seconds != plan.lower_bound_s) return std::nullopt;
+  return bound;
+}
+
+std::string_view to_string(BoundTerm term) {
+  switch (term) {
+    case BoundTerm::none:
+      return "none";
+    case BoundTerm::in:
+      return "in";
+    case BoundTerm::beside:
+      return "beside";
+    case BoundTerm::out:
+      return "out";
+    case BoundTerm::ports:
+      return "ports";
+    case BoundTerm::first:
+      return "first";
+    case BoundTerm::first_tensor:
+      return "first_tensor";
+    case BoundTerm::held:
+      return "held";
+    case BoundTerm::hops:
+      return "hops";
+    case BoundTerm::dev_in:
+      return "dev_in";
+    case BoundTerm::dev_only:
+      return "dev_only";
+    case BoundTerm::dev_held:
+      return "dev_held";
+    case BoundTerm::near:
+      return "near";
+    case BoundTerm::copy:
+      return "copy";
+  }
+  return "?";
+}
+
+std::string describe(const LowerBound& bound, const Batch& batch) {
+  const auto tensor = [&] {
+    const auto i = static_cast<size_t>(bound.at);
+    return i < batch.tensors.size() && !batch.tensors[i].name.empty()
+               ? fmt::format("tensor '{}'", batch.tensors[i].name)
+               : fmt::format("tensor {}", bound.at);
+  };
+  switch (bound.term) {
+    case BoundTerm::none:
+      return "nothing has to move";
+    case BoundTerm::in:
+      return fmt::format("in(h) of host {}: what it takes in over its NICs, at their bandwidth",
+                         bound.at);
+    case BoundTerm::beside:
+      return fmt::format(
+          "beside(h) of host {}: what its devices need of slices held beside them, and what it "
+          "takes in, over its holders' links and its NICs",
+          bound.at);
+    case BoundTerm::out:
+      return fmt::format("out(h) of host {}: what only it holds, sent out over its NICs", bound.at);
+    case BoundTerm::ports:
+      return fmt::format(
+          "ports(h) of host {}: its devices' send ports, one op at a time, carry what leaves it "
+          "and what its devices pass to each other",
+          bound.at);
+    case BoundTerm::first:
+      return "first(S, B): what must cross a NIC leaves its holders' hosts at most at their rate";
+    case BoundTerm::first_tensor:
+      return fmt::format(
+          "first(S, B) of {}: what must cross a NIC leaves its holders' hosts at most at their "
+          "rate",
+          tensor());
+    case BoundTerm::held:
+      return "held(S): what only a set of hosts holds leaves it at most at its hosts' rate";
+    case BoundTerm::hops:
+      return "hops: every hop holds a device's send port, and the cluster's devices have one each";
+    case BoundTerm::dev_in:
+      return fmt::format("dev_in(d) of device {}: what it takes in over its link", bound.at);
+    case BoundTerm::dev_only:
+      return fmt::format("dev_only(d) of device {}: what only it holds, sent over its link",
+                         bound.at);
+    case BoundTerm::dev_held:
+      return "dev_held(S): what only a set of devices holds leaves it over their links";
+    case BoundTerm::near:
+      return fmt::format(
+          "near(d) of device {}: what it alone holds on its host, passed to the devices beside it "
+          "over its link or its host's other NICs",
+          bound.at);
+    case BoundTerm::copy:
+      return "copy(t): a holder spends an op on its own slices before it sends";
+  }
+  return "?";
 }
 
 double lower_bound(const Resharding& problem, const std::vector<UnitTask>& tasks) {

@@ -123,6 +123,18 @@ def test_plan_json_round_trip_and_simulation():
         mc.Plan.from_json("{")
 
 
+def test_simulation_names_the_term_of_the_bound():
+    # Hosts 2 and 3 each take in the whole 8 KiB over one NIC, where hosts 0 and 1 send out a half
+    # each: in(h) of host 2 (the first of the two) decides.
+    plan, _, _, _ = example()
+    term = plan.simulate().bound_term
+    assert term["term"] == "in" and term["at"] == 2 and term["text"].startswith("in(h) of host 2: ")
+    # A plan document whose bound is not this version's count names none.
+    doc = json.loads(plan.to_json())
+    doc["lower_bound_s"] *= 2
+    assert mc.Plan.from_json(json.dumps(doc)).simulate().bound_term is None
+
+
 def test_zero_copy_in_place_and_reuse():
     plan, src, dst, x = example()
     resharder = mc.Resharder(plan)

@@ -11,6 +11,7 @@
 #include "cli_errors.h"
 #include "meshcast/plan/json.h"
 #include "meshcast/planner/estimate.h"
+#include "meshcast/planner/lower_bound.h"
 #include "verbs.h"
 
 namespace meshcast::cli {
@@ -60,6 +61,9 @@ void print_summary(const Plan& plan, double time, int limit) {
                  human_bytes(static_cast<double>(traffic[h].out_bytes)),
                  human_bytes(static_cast<double>(traffic[h].in_bytes)));
   fmt::print("lower bound: {}\n", human_seconds(plan.lower_bound_s));
+  if (plan.lower_bound_s > 0)
+    if (const auto bound = explain_plan_bound(plan))
+      fmt::print("bound term:  {}\n", describe(*bound, plan.batch));
   if (plan.lower_bound_s > 0)
     fmt::print("estimate:    {} ({:.3f}x the lower bound)\n", human_seconds(time),
                time / plan.lower_bound_s);

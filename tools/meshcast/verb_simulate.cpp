@@ -6,11 +6,13 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli_common.h"
 #include "cli_errors.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/json.h"
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
 #include "meshcast/sim/simulator.h"
 #include "meshcast/sim/trace.h"
@@ -37,6 +39,7 @@ struct Report {
   Plan plan;
   SimResult sim;
   double lower_bound_s = 0;
+  std::optional<LowerBound> bound;  // with its term; none where the plan's bound is not ours
   double plan_s = 0;
   double sim_s = 0;
 };
@@ -50,6 +53,7 @@ Report run_simulation(const SimulateOptions& o) {
   start = Clock::now();
   r.sim = simulate(r.plan, r.plan.batch.cluster, {.record_link_rates = !o.trace_file.empty()});
   r.sim_s = seconds_since(start);
+  r.bound = explain_plan_bound(r.plan);
   return r;
 }
 
@@ -84,6 +88,10 @@ void print_text(const Report& r, int top) {
   // A plan of copies only has a zero bound: no ratio to speak of.
   fmt::print("lower bound      {}   ratio {}\n", human_seconds(r.lower_bound_s),
              r.lower_bound_s > 0 ? fmt::format("{:.3f}", r.sim.time_s / r.lower_bound_s) : "-");
+  if (r.lower_bound_s > 0)
+    fmt::print("bound term       {}\n",
+               r.bound ? describe(*r.bound, plan.batch)
+                       : "- (the plan document's bound is not this version's count)");
   fmt::print("effective bw     {:.2f} Gbps (tensor bits / time)\n", effective_gbps(r));
   fmt::print("wall clock       planning {}, simulation {} ({} flows, {} steps)\n",
              human_seconds(r.plan_s), human_seconds(r.sim_s), r.sim.flows, r.sim.events);
@@ -93,6 +101,14 @@ void print_text(const Report& r, int top) {
     fmt::print("  {:<16} {:>10}   {:>9.1f}%   {}\n", l->name, human_seconds(l->busy_s),
                100.0 * static_cast<double>(l->bytes) / (l->bandwidth * r.sim.time_s),
                human_bytes(static_cast<double>(l->bytes)));
+}
+
+// The bound's term (docs/json.md): null where the plan's bound is not this version's count.
+nlohmann::json bound_term_json(const Report& r) {
+  if (!r.bound) return nullptr;
+  nlohmann::json j{{"term", to_string(r.bound->term)}, {"text", describe(*r.bound, r.plan.batch)}};
+  j["at"] = r.bound->at >= 0 ? nlohmann::json(r.bound->at) : nlohmann::json(nullptr);
+  return j;
 }
 
 nlohmann::json to_json(const Report& r) {
@@ -116,6 +132,7 @@ nlohmann::json to_json(const Report& r) {
           {"time_s", r.sim.time_s},
           {"lower_bound_s", r.lower_bound_s},
           {"ratio", r.sim.time_s / r.lower_bound_s},
+          {"bound_term", bound_term_json(r)},
           {"effective_gbps", effective_gbps(r)},
           {"plan_s", r.plan_s},
           {"sim_s", r.sim_s},
