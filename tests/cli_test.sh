@@ -180,6 +180,28 @@ check plan-bound-term 0 "bound term:  in\(h\) of host 1" -- "$MESHCAST" plan --p
 sed 's/"lower_bound_s":[0-9.e+-]*/"lower_bound_s":2.5/' "$TMP/p7.json" >"$TMP/p7-edited.json"
 check simulate-bound-term-other 0 "bound term +- \(the plan document's bound is not this version's count\)" -- "$MESHCAST" simulate --plan "$TMP/p7-edited.json"
 check simulate-bound-term-other-json 0 '"bound_term":null' -- "$MESHCAST" simulate --plan "$TMP/p7-edited.json" --json
+# The planning progress line: on a terminal (script's pseudo-terminal), once the search has run a
+# second; never in a pipe. A layout whose search takes seconds: 8 NICs, three holders, 35 receivers.
+SLOW_PLAN=(simulate --shape 67108864 --dtype float64 --src-mesh 3 --src-spec S0 --src-devices 0,1,2
+  --dst-mesh 5x7 --dst-spec R --dst-devices 8,9,10,11,12,13,14,16,17,18,19,20,21,22,24,25,26,27,28,29,30,32,33,34,35,36,37,38,40,41,42,43,44,45,46
+  --hosts 8 --devices-per-host 8 --nics-per-host 8)
+started=$(date +%s%N)
+tty_out=$(script -qec "$(printf '%q ' "$MESHCAST" "${SLOW_PLAN[@]}")" /dev/null 2>&1)
+took_ms=$(( ($(date +%s%N) - started) / 1000000 ))
+if (( took_ms < 1500 )); then
+  echo "SKIP plan-progress-tty: the search took ${took_ms} ms, too little for a line after a second"
+elif grep -qE "planning: [0-9]+ candidate plans simulated in [0-9.]+ s, the fastest [0-9.]+x the lower bound" <<<"$tty_out" &&
+     grep -qE "simulated time" <<<"$tty_out"; then
+  passes=$((passes + 1))
+else
+  echo "FAIL plan-progress-tty: no progress line on a terminal (${took_ms} ms)"; echo "$tty_out" | tail -5
+  failures=$((failures + 1))
+fi
+if "$MESHCAST" "${SLOW_PLAN[@]}" 2>&1 | grep -q "planning:"; then
+  echo "FAIL plan-progress-pipe: a progress line in a pipe"; failures=$((failures + 1))
+else
+  passes=$((passes + 1))
+fi
 # plan --cluster: made for the file's cluster (as --nics-per-host 2 makes it), or a --plan document
 # counted on it; a missing file, or with --check, refused.
 echo '{"nics_per_host": 2}' >"$TMP/two-nics.json"

@@ -363,6 +363,30 @@ TEST(PlannerTest, EstimatedPlanIsThePlanAndItsFreshEstimate) {
   expect_fresh(many, {});
 }
 
+// Balance order's search reports each candidate plan it simulates with the fastest so far: the
+// counts run 1, 2, 3, ..., the ratio never grows, and the last is the returned plan's estimate
+// over its bound; following the search does not change the plan (random suite seed 1209 r17 with
+// two NICs, a hundred candidates or so).
+TEST(PlannerTest, TheSearchReportsEachCandidateAndTheFastestSoFar) {
+  auto p =
+      problem_of({20648883, 13}, Mesh({2}, {0, 1}), "RS0", Mesh({2, 2}, {3, 1, 0, 2}), "RR", 2, 2);
+  p.tensor.dtype = DType::float16;
+  p.cluster.nics_per_host = 2;
+  std::vector<PlanProgress> seen;
+  PlanOptions options;
+  options.on_progress = [&](const PlanProgress& progress) { seen.push_back(progress); };
+  const EstimatedPlan planned = make_estimated_plan(Batch::of_one(p), options);
+  ASSERT_GT(seen.size(), 10u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].candidates, static_cast<int>(i) + 1);
+    if (i > 0) {
+      EXPECT_LE(seen[i].best_ratio, seen[i - 1].best_ratio);
+    }
+  }
+  EXPECT_NEAR(seen.back().best_ratio, planned.estimate_s / planned.plan.lower_bound_s, 1e-9);
+  EXPECT_TRUE(planned.plan == make_plan(p));
+}
+
 // The term that decides `p`'s bound (docs/concepts.md#lower-bound) and where: each test of a term
 // below checks that its layout is decided by that term, as its comment derives.
 std::pair<BoundTerm, int64_t> term_of(const Resharding& p) {

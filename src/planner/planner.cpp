@@ -367,6 +367,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // checked and simulated again.
     std::optional<double> last_time;
     bool last_is_best = false;
+    int candidates = 0;  // simulated, for options.on_progress
     std::vector<Op> last_ops;
     const auto try_ops = [&](std::vector<Op> ops) {
       if (last_time && ops == (last_is_best ? plan.ops : last_ops)) return *last_time;
@@ -381,6 +382,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       } else {
         last_ops = std::move(ops);
       }
+      if (options.on_progress)
+        options.on_progress({.candidates = ++candidates, .best_ratio = best / plan.lower_bound_s});
       return time;
     };
     // Each candidate by the greedy, which keeps a device's receipts apart. Those on rails and the

@@ -4,8 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -346,13 +349,59 @@ Plan plan_file_on_cluster_file(const PlanSourceOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// A progress line on stderr while balance order's search runs past a second, only when stderr is
+// a terminal: the candidate plans simulated so far and the fastest one's ratio to the bound. It is
+// cleared when the planning ends.
+class PlanningLine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  PlanningLine() : shown_(isatty(STDERR_FILENO) != 0) {}
+  PlanningLine(const PlanningLine&) = delete;
+  PlanningLine& operator=(const PlanningLine&) = delete;
+  ~PlanningLine() {
+    if (printed_) fmt::print(stderr, "\r\033[K");
+  }
+  // `options` with this line following its search.
+  PlanOptions following(PlanOptions options) {
+    if (shown_) options.on_progress = [this](const PlanProgress& p) { show(p); };
+    return options;
+  }
+
+ private:
+  void show(const PlanProgress& p) {
+    const auto now = Clock::now();
+    if (now - start_ < std::chrono::seconds(1) || now - shown_at_ < std::chrono::milliseconds(250))
+      return;
+    shown_at_ = now;
+    printed_ = true;
+    fmt::print(stderr,
+               "\r\033[Kplanning: {} candidate plans simulated in {:.1f} s, the fastest {:.3f}x "
+               "the lower bound",
+               p.candidates, std::chrono::duration<double>(now - start_).count(), p.best_ratio);
+  }
+
+  bool shown_;
+  bool printed_ = false;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point shown_at_ = {};
+};
+
+}  // namespace
+
 Plan plan_from_options(const PlanSourceOptions& o) {
   if (!o.plan_file.empty()) return plan_file_on_cluster_file(o);
-  return make_plan(batch_from_options(o), o.plan_options());
+  PlanningLine line;
+  return make_plan(batch_from_options(o), line.following(o.plan_options()));
 }
 
 EstimatedPlan estimated_plan_from_options(const PlanSourceOptions& o) {
-  if (o.plan_file.empty()) return make_estimated_plan(batch_from_options(o), o.plan_options());
+  if (o.plan_file.empty()) {
+    PlanningLine line;
+    return make_estimated_plan(batch_from_options(o), line.following(o.plan_options()));
+  }
   Plan plan = plan_file_on_cluster_file(o);
   const double estimate_s = estimate(plan);
   return {std::move(plan), estimate_s};

@@ -2,11 +2,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <optional>
 
 #include "meshcast/plan/plan.h"
 
 namespace meshcast {
+
+// How far balance order's search has come, for a progress line: the candidate plans it has
+// simulated, and the fastest one's time over the lower bound (infinite before the first).
+struct PlanProgress {
+  int candidates = 0;
+  double best_ratio = std::numeric_limits<double>::infinity();
+};
 
 struct PlanOptions {
   Strategy strategy = Strategy::broadcast;
@@ -29,6 +38,9 @@ struct PlanOptions {
   // (docs/concepts.md#buckets); 0 fuses nothing. Default: default_bucket_bytes of the batch's
   // cluster.
   std::optional<int64_t> bucket_bytes = {};
+  // Called after each candidate plan balance order simulates (the search can take seconds on
+  // several NICs per host); empty: not called. It does not change the plan.
+  std::function<void(const PlanProgress&)> on_progress = {};
 };
 
 // The bucket size at which one message's latency is at most 1% of its time on one NIC:
