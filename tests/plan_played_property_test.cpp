@@ -31,7 +31,7 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
-  int shops = 0, several_receivers = 0, rails = 0;
+  int shops = 0, several_receivers = 0, phased = 0, rails = 0;
   for (int nics : {1, 2, 4})
     for (const BenchCase& c : random_suite(1105, 30)) {
       Resharding p = c.problem;
@@ -48,17 +48,20 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                                           detail::Sources::levelled_hosts})
             for (detail::Funnel funnel :
                  {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
-              for (bool beside : {false, true}) {
-                const auto shop =
-                    detail::nic_shop(batch, jobs, 8, 0, level, sources, funnel, beside);
-                if (!shop) continue;
-                ++shops;
-                several_receivers += multi;
-                EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
-                    << c.label << " " << c.description << " with " << nics << " NICs, level "
-                    << static_cast<int>(level) << " sources " << static_cast<int>(sources)
-                    << " funnel " << static_cast<int>(funnel) << " beside " << beside;
-              }
+              for (bool beside : {false, true})
+                for (detail::Pieces pieces : {detail::Pieces::even, detail::Pieces::by_phases}) {
+                  const auto shop =
+                      detail::nic_shop(batch, jobs, 8, 0, level, sources, funnel, beside, pieces);
+                  if (!shop) continue;
+                  ++shops;
+                  several_receivers += multi;
+                  phased += pieces == detail::Pieces::by_phases;
+                  EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
+                      << c.label << " " << c.description << " with " << nics << " NICs, level "
+                      << static_cast<int>(level) << " sources " << static_cast<int>(sources)
+                      << " funnel " << static_cast<int>(funnel) << " beside " << beside
+                      << " pieces " << static_cast<int>(pieces);
+                }
         for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
           for (detail::RailSpread how :
                {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
@@ -79,6 +82,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   // The layouts reach both kinds of lay, and shops of slices with several receivers.
   EXPECT_GT(shops, 100);
   EXPECT_GT(several_receivers, 50);
+  EXPECT_GT(phased, 50);
   EXPECT_GT(rails, 100);
 }
 

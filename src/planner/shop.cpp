@@ -653,7 +653,7 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, Sources sources,
-                             Funnel funnelled, bool stages_beside_holders) {
+                             Funnel funnelled, bool stages_beside_holders, Pieces pieces) {
   const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
   // Each transfer as one per receiving host: each receiver on a holding host takes the slice from
@@ -866,7 +866,8 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     return std::nullopt;
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
-  // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together.
+  // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together, or at
+  // the phases of the NICs' open shop (Pieces::by_phases).
   const NicIds nic_id(c);
   std::map<int, double> out_bytes, in_bytes;
   for (const Flow& f : flows) {
@@ -877,22 +878,59 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   for (const auto& [nic, bytes] : out_bytes) busiest = std::max(busiest, bytes);
   for (const auto& [nic, bytes] : in_bytes) busiest = std::max(busiest, bytes);
   const double piece = std::max(static_cast<double>(min_piece_bytes), busiest / rounds);
-  std::map<std::pair<int, int>, std::vector<ShopPiece>> by_nics;
-  for (const Flow& f : flows) {
-    std::vector<std::pair<DeviceId, DeviceId>> pairs;  // (sender, entry)
+  // Each flow's (sender, entry) pairs, by the north-west corner rule, with the bytes of each.
+  struct Pairing {
+    std::vector<std::pair<DeviceId, DeviceId>> pairs;
     std::vector<double> weights;
+  };
+  std::vector<Pairing> pairings;
+  std::map<std::pair<int, int>, double> nic_load;  // bytes of each pair of NICs
+  for (const Flow& f : flows) {
+    Pairing& pairing = pairings.emplace_back();
     const double tiny = 1e-9 * f.bytes();
     size_t a = 0, b = 0;
     double left_out = f.out[0].second, left_in = f.in[0].second;
     while (a < f.out.size() && b < f.in.size()) {
       const double take = std::min(left_out, left_in);
-      pairs.emplace_back(f.out[a].first, f.in[b].first);
-      weights.push_back(take);
+      pairing.pairs.emplace_back(f.out[a].first, f.in[b].first);
+      pairing.weights.push_back(take);
+      nic_load[{nic_id(f.out[a].first), nic_id(f.in[b].first)}] += take;
       left_out -= take;
       left_in -= take;
       if (left_out <= tiny && ++a < f.out.size()) left_out = f.out[a].second;
       if (left_in <= tiny && ++b < f.in.size()) left_in = f.in[b].second;
     }
+  }
+  // With Pieces::by_phases, what each pair of NICs has left of each phase, consumed in order.
+  auto phases_left = pieces == Pieces::by_phases
+                         ? shop_phases(nic_load)
+                         : std::map<std::pair<int, int>, std::vector<std::pair<int, double>>>();
+  const auto piece_sizes = [&](std::pair<int, int> nics, double bytes) {
+    std::vector<double> sizes;
+    if (pieces == Pieces::even) {
+      const auto whole = static_cast<size_t>(std::floor(bytes / piece));
+      sizes.assign(whole, piece);
+      if (bytes > piece * static_cast<double>(whole))
+        sizes.push_back(bytes - piece * static_cast<double>(whole));
+      return sizes;
+    }
+    auto& phases = phases_left[nics];
+    const double tiny = 1e-9 * bytes;
+    double left = bytes;
+    for (auto phase = phases.begin(); left > tiny && phase != phases.end(); ++phase) {
+      if (phase->second <= tiny) continue;  // used up by the pieces before
+      const double take = std::min(left, phase->second);
+      sizes.push_back(take);
+      left -= take;
+      phase->second -= take;
+    }
+    if (left > tiny) sizes.push_back(left);  // rounding past the last phase
+    return sizes;
+  };
+  std::map<std::pair<int, int>, std::vector<ShopPiece>> by_nics;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    const Flow& f = flows[i];
+    const auto& [pairs, weights] = pairings[i];
     const std::vector<Box> cut = cut_at_weights(f.transfer->slice, weights);
     for (size_t p = 0; p < pairs.size(); ++p) {
       const auto [sender, entry] = pairs[p];
@@ -902,23 +940,20 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
                      .entry = entry,
                      .receivers = f.receivers};
       if (!f.holds(sender)) part.holder = f.holder_beside(c, sender);
+      const std::pair nics{nic_id(sender), nic_id(entry)};
       const auto bytes = static_cast<double>(slice_bytes(batch, *f.job, cut[p]));
-      const auto whole = static_cast<size_t>(std::floor(bytes / piece));
-      std::vector<double> sizes(whole, piece);
-      if (bytes > piece * static_cast<double>(whole))
-        sizes.push_back(bytes - piece * static_cast<double>(whole));
-      auto& pieces = by_nics[{nic_id(sender), nic_id(entry)}];
-      for (const Box& slice : cut_at_weights(cut[p], sizes)) {
+      auto& pieces_of_nics = by_nics[nics];
+      for (const Box& slice : cut_at_weights(cut[p], piece_sizes(nics, bytes))) {
         if (slice.empty()) continue;
         part.slice = slice;
         part.bytes = slice_bytes(batch, *f.job, slice);
-        part.round = static_cast<int>(pieces.size());
-        pieces.push_back(part);
+        part.round = static_cast<int>(pieces_of_nics.size());
+        pieces_of_nics.push_back(part);
       }
     }
   }
-  for (auto& [nics, pieces] : by_nics)
-    shop.across.insert(shop.across.end(), pieces.begin(), pieces.end());
+  for (auto& [nics, of_nics] : by_nics)
+    shop.across.insert(shop.across.end(), of_nics.begin(), of_nics.end());
   return shop;
 }
 

@@ -73,11 +73,17 @@ struct Shop {
 // NIC's senders (else nullopt, where that changes nothing); with `Funnel::with_spares`, where the
 // NIC has no sender left for a pair, by a device of the NIC that sends nothing (else nullopt, where
 // no such device takes a share).
+// With `Pieces::by_phases`, each pair of NICs' bytes is cut instead where the phases of an open
+// shop of the NICs end (shop_phases in shop.cpp: matchings of sending to receiving NICs, each for
+// a time, under which every NIC is busy with one pair at most), so that each piece lies in one
+// phase: where every receiving NIC and the busiest sender are at the bound, pieces of one size
+// taking turns shared a receiving NIC between two senders while another idled.
 enum class Sources { chosen_host, any_host, levelled_hosts };
 enum class Funnel { none, by_senders, with_spares };
+enum class Pieces { even, by_phases };
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, Sources sources,
-                             Funnel funnelled, bool stages_beside_holders);
+                             Funnel funnelled, bool stages_beside_holders, Pieces pieces);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
