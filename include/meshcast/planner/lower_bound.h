@@ -39,9 +39,9 @@ enum class BoundTerm {
 };
 std::string_view to_string(BoundTerm term);
 
-// The bound with the term that reaches it (the first of equal terms, in the order above) and
-// where: a host for in, beside, out and ports, a device for dev_in, dev_only and near, a tensor
-// (its index in the batch) for first_tensor, -1 for the others.
+// The bound with the term that reaches it (the first of equal terms, in the order above; terms a
+// billionth apart count as equal) and where: a host for in, beside, out and ports, a device for
+// dev_in, dev_only and near, a tensor (its index in the batch) for first_tensor, -1 for the others.
 struct LowerBound {
   double seconds = 0;
   BoundTerm term = BoundTerm::none;
