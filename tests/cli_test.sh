@@ -180,6 +180,7 @@ check plan-bound-term 0 "bound term:  in\(h\) of host 1" -- "$MESHCAST" plan --p
 sed 's/"lower_bound_s":[0-9.e+-]*/"lower_bound_s":2.5/' "$TMP/p7.json" >"$TMP/p7-edited.json"
 check simulate-bound-term-other 0 "bound term +- \(the plan document's bound is not this version's count\)" -- "$MESHCAST" simulate --plan "$TMP/p7-edited.json"
 check simulate-bound-term-other-json 0 '"bound_term":null' -- "$MESHCAST" simulate --plan "$TMP/p7-edited.json" --json
+check bench-bound-term 0 '"bound_term":"in"' -- "$MESHCAST" bench --cases 7 --strategies broadcast --json
 # The planning progress line: on a terminal (script's pseudo-terminal), once the search has run a
 # second; never in a pipe. A layout whose search takes seconds: 8 NICs, three holders, 35 receivers.
 SLOW_PLAN=(simulate --shape 67108864 --dtype float64 --src-mesh 3 --src-spec S0 --src-devices 0,1,2
@@ -221,7 +222,7 @@ check simulate-plan-file 0 "plan: allgather balance size" -- "$MESHCAST" simulat
 check simulate-trace 0 '"traceEvents".*"name":"nic0.out"' -- cat "$TMP/trace.json"
 check simulate-unwritable 2 "cannot write" -- "$MESHCAST" simulate --paper-case 1 --trace "$TMP/no/dir/t.json"
 check bench-paper 0 "^7 .*broadcast/order .* 7\.9[0-9]x" -- "$MESHCAST" bench --cases 1,7
-check bench-json 0 '"backend":"sim".*"rows":\[\{"algbw_gbs":[0-9.e-]+,"balance":"size","case":7,.*"nicbw_gbs":[0-9.e-]+' -- "$MESHCAST" bench --cases 7 --json
+check bench-json 0 '"backend":"sim".*"rows":\[\{"algbw_gbs":[0-9.e-]+,"balance":"size","bound_term":"in","case":7,.*"nicbw_gbs":[0-9.e-]+' -- "$MESHCAST" bench --cases 7 --json
 "$MESHCAST" bench --cases 2,6 --svg "$TMP/chart.svg" >/dev/null
 check bench-svg 0 "case 6" -- cat "$TMP/chart.svg"
 check bench-single-sender 0 "4x2 .*broadcast/order" -- "$MESHCAST" bench --suite single-sender --strategies broadcast

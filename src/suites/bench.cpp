@@ -415,6 +415,8 @@ BenchRow measure_row(const BenchCase& bench_case, const StrategyChoice& choice,
   row.plan_s = seconds_since(planning);
   row.ops = static_cast<int64_t>(plan.ops.size());
   row.lower_bound_s = plan.lower_bound_s;
+  // (counted again after the planning, so that its unit tasks do not stay in memory through it)
+  if (const auto bound = explain_plan_bound(plan)) row.bound_term = bound->term;
   const auto measuring = Clock::now();
   if (executor) {
     const Measurement m = meshcast::measure(*executor, plan, measure);

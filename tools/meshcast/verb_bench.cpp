@@ -172,6 +172,7 @@ nlohmann::json to_json(const BenchOptions& o, const std::vector<BenchCase>& suit
          {"time_s", r.time_s},
          {"lower_bound_s", r.lower_bound_s},
          {"ratio", r.ratio()},
+         {"bound_term", to_string(r.bound_term)},
          {"effective_gbps", r.effective_gbps()},
          {"algbw_gbs", r.algbw_gbs()},
          {"nicbw_gbs", r.nicbw_gbs()},

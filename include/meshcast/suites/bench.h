@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "meshcast/planner/lower_bound.h"
 #include "meshcast/planner/planner.h"
 #include "meshcast/runtime/executor.h"
 #include "meshcast/runtime/measure.h"
@@ -89,6 +90,8 @@ struct BenchRow {
   double predicted_s = 0;
   double nic_in_bytes = 0;  // the most bytes one host must take in over its NICs (host_in_bytes)
   int64_t checked = 0;      // local/mpi with verify: destination elements checked (all were right)
+  // The term that decides lower_bound_s (explain_plan_bound).
+  BoundTerm bound_term = BoundTerm::none;
 
   double ratio() const { return time_s / lower_bound_s; }
   double measured_over_predicted() const { return time_s / predicted_s; }
