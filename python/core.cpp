@@ -76,15 +76,18 @@ py::dict cluster_fields(const Cluster& c) {
   return d;
 }
 
+// `text` parsed by the library's parse_json (its depth bound); a ParseError says `not_json` first.
+nlohmann::json json_document(const std::string& text, std::string_view not_json) {
+  try {
+    return parse_json(text);
+  } catch (const ParseError& e) {
+    throw ParseError(fmt::format("{}: {}", not_json, e.what()));
+  }
+}
+
 // mc.Cluster.load: the cluster of a cluster document (docs/json.md), as `--cluster FILE` reads it.
 py::dict cluster_document(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = parse_json(text);
-  } catch (const ParseError& e) {
-    throw ParseError(fmt::format("not a JSON document: {}", e.what()));
-  }
-  Cluster c = cluster_from_json(j);
+  Cluster c = cluster_from_json(json_document(text, "not a JSON document"));
   c.validate();
   return cluster_fields(c);
 }
@@ -929,13 +932,7 @@ PYBIND11_MODULE(_core, m) {
       .def_static(
           "from_json",
           [](const std::string& text) {
-            nlohmann::json j;
-            try {
-              j = parse_json(text);
-            } catch (const ParseError& e) {
-              throw ParseError(fmt::format("plan document is not JSON: {}", e.what()));
-            }
-            Plan plan = plan_from_json(j);
+            Plan plan = plan_from_json(json_document(text, "plan document is not JSON"));
             validate_plan(plan);
             return plan;
           },

@@ -347,10 +347,6 @@ Plan plan_file_on_cluster_file(const PlanSourceOptions& o) {
   return plan;
 }
 
-}  // namespace
-
-namespace {
-
 // A progress line on stderr while balance order's search runs past a second, only when stderr is
 // a terminal: the candidate plans simulated so far and the fastest one's ratio to the bound. It is
 // cleared when the planning ends.

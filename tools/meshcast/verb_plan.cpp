@@ -61,14 +61,14 @@ void print_summary(const Plan& plan, double time, int limit) {
                  human_bytes(static_cast<double>(traffic[h].out_bytes)),
                  human_bytes(static_cast<double>(traffic[h].in_bytes)));
   fmt::print("lower bound: {}\n", human_seconds(plan.lower_bound_s));
-  if (plan.lower_bound_s > 0)
+  if (plan.lower_bound_s > 0) {
     if (const auto bound = explain_plan_bound(plan))
       fmt::print("bound term:  {}\n", describe(*bound, plan.batch));
-  if (plan.lower_bound_s > 0)
     fmt::print("estimate:    {} ({:.3f}x the lower bound)\n", human_seconds(time),
                time / plan.lower_bound_s);
-  else
+  } else {
     fmt::print("estimate:    {} (no network or device traffic needed)\n", human_seconds(time));
+  }
   print_ops(plan, limit);
 }
 
