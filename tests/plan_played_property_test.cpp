@@ -11,6 +11,8 @@
 #include "meshcast/error.h"
 #include "meshcast/plan/validate.h"
 #include "meshcast/suites/bench.h"
+#include "meshcast/tasks/batch.h"
+#include "meshcast/tasks/paper_cases.h"
 #include "shop.h"
 
 namespace meshcast {
@@ -67,7 +69,8 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
                 detail::RailSpread::returning})
             for (detail::RailRelays relays :
-                 {detail::RailRelays::by_host, detail::RailRelays::least_sent_first}) {
+                 {detail::RailRelays::by_host, detail::RailRelays::least_sent_first,
+                  detail::RailRelays::turned}) {
               const auto steps = detail::rail_steps(batch, jobs, 8, 0,
                                                     {.pick = pick, .how = how, .relays = relays});
               if (!steps) continue;
@@ -84,6 +87,42 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   EXPECT_GT(several_receivers, 50);
   EXPECT_GT(phased, 50);
   EXPECT_GT(rails, 100);
+}
+
+// Device 0 holds a slice that one device on each of hosts 1, 2 and 3 needs (one NIC per host).
+// Turned, each round's chain through those hosts is turned by two: hop i of round q enters host
+// 1 + (i + 2q) mod 3. So each host is the last of a chain (relays nothing) in one round of three,
+// and the rounds that follow one another down their chains (round q - i at hop i) enter three
+// different hosts at once. In host order host 3 is last in every round.
+TEST(PlayedPropertyTest, TurnedRailsTakeTurnsAtTheEndOfTheChain) {
+  Resharding p;
+  p.tensor = TensorSpec{{4096, 1024}, DType::float32};
+  p.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
+  p.dst = Layout{Mesh({3}, {1, 2, 3}), ShardingSpec::parse("RR")};
+  p.cluster = paper_cluster(4);
+  p.cluster.devices_per_host = 1;
+  const Batch batch = Batch::of_one(p);
+  const std::vector<detail::Job> jobs =
+      detail::make_jobs(batch, decompose(batch), Strategy::broadcast);
+  for (detail::RailRelays relays : {detail::RailRelays::by_host, detail::RailRelays::turned}) {
+    const auto steps = detail::rail_steps(batch, jobs, 6, 0, {.relays = relays});
+    ASSERT_TRUE(steps.has_value());
+    validate_played(batch, *steps, jobs);
+    // Each round's chain: the hosts it enters, in order (its steps from device 0 start a round).
+    std::vector<std::vector<int>> chains;
+    for (const detail::PlayStep& step : *steps) {
+      if (step.from == 0) chains.emplace_back();
+      ASSERT_FALSE(chains.empty());
+      chains.back().push_back(step.to);
+    }
+    ASSERT_EQ(chains.size(), 6u);
+    for (int q = 0; q < 6; ++q) {
+      SCOPED_TRACE(::testing::Message() << "relays " << static_cast<int>(relays) << " round " << q);
+      ASSERT_EQ(chains[q].size(), 3u);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(chains[q][i], relays == detail::RailRelays::turned ? 1 + (i + 2 * q) % 3 : 1 + i);
+    }
+  }
 }
 
 }  // namespace

@@ -1107,6 +1107,20 @@ struct Hop {
 
 // The steps rails lay, and the seconds each device's port sends and each NIC takes in, which the
 // choices of the later steps weigh.
+// `hosts` turned by two places per round of pieces (`round`: piece j of a slice leaves by rail j
+// mod the holding host's NICs, in round j / NICs), so that hop i of round q goes to hosts[(i + 2q)
+// mod n]. Pieces follow one another down their chains, so piece q - i takes hop i while piece q
+// takes hop 0, and these go to hosts[(2q - i) mod n], a different host for each i: every host takes
+// in one piece at a time. Turned by one, they all went to the same host at once. With n odd, each
+// host is also the last of a chain (which relays nothing) for one piece in n.
+std::vector<int> turned_by_two(const std::vector<int>& hosts, int round) {
+  const auto n = static_cast<int64_t>(hosts.size());
+  std::vector<int> turned(hosts.size());
+  for (int64_t i = 0; i < n; ++i)
+    turned[static_cast<size_t>(i)] = hosts[static_cast<size_t>((i + 2 * int64_t{round}) % n)];
+  return turned;
+}
+
 class RailLayer {
  public:
   RailLayer(const Batch& batch, double busiest_seconds)
@@ -1316,6 +1330,8 @@ class RailLayer {
       if (rules.relays == RailRelays::least_sent_first)
         std::stable_sort(order.begin(), order.end(),
                          [&](int a, int b) { return sent_before.at(a) < sent_before.at(b); });
+      if (rules.relays == RailRelays::turned)
+        order = turned_by_two(order, j / used_nics(c_, from_host));
       for (int k = 0; k < used_nics(c_, from_host); ++k) {
         if (pick == RailPick::cyclic && !best.empty()) break;
         const int rail = (j + k) % used_nics(c_, from_host);
