@@ -210,11 +210,13 @@ bool host_holds(const Transfer& t, int host, const Cluster& cluster) {
 // a receiver on that NIC where there is one (the `turn(host)`-th of them, cyclic, so that the
 // slices a host takes in over one NIC land on different devices and leave them again at once;
 // with `relays` the NIC's devices that receive nothing of it take their turns too), else the
-// NIC's first device, which only relays. So a host with more receivers than NICs takes
-// one rail per NIC (two rails on one NIC from one holder would run one after the other, and the
-// planner's greedy packs such halves unevenly), and one with fewer takes every NIC's share.
-// Where every host has the same number g >= 2 of receivers, they are the rails `per_receiver`, or
-// where a host has one NIC.
+// NIC's first device, which only relays (with `relays`, each of the NIC's devices in turn: one
+// device relaying every round both sends each on over the NIC and hands it to the receivers, one
+// op at a time, and the next round's chain waits for those hand-overs). So a host with more
+// receivers than NICs takes one rail per NIC (two rails on one NIC from one holder would run one
+// after the other, and the planner's greedy packs such halves unevenly), and one with fewer takes
+// every NIC's share. Where every host has the same number g >= 2 of receivers, they are the rails
+// `per_receiver`, or where a host has one NIC.
 std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool per_receiver,
                                  bool relays, const std::function<int(int)>& turn) {
   std::map<int, std::vector<DeviceId>> by_host;
@@ -238,7 +240,7 @@ std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool
       std::vector<DeviceId> on_nic;
       std::copy_if(h.receivers.begin(), h.receivers.end(), std::back_inserter(on_nic),
                    [&](DeviceId r) { return cluster.nic_of(r) == nic; });
-      if (relays && !on_nic.empty())
+      if (relays)
         for (int l = nic; l < cluster.devices_per_host; l += cluster.nics_of(host))
           if (const DeviceId d = cluster.device_id(host, l); !holds(h.receivers, d))
             on_nic.push_back(d);

@@ -101,9 +101,10 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // what it must also send to devices beside it and hand over to the other NICs' devices leaves
 // its NIC idle meanwhile.
 // With `relays`, a host's devices on a NIC that receive nothing of a slice take turns with its
-// receivers on that NIC in taking rails in (and sending them on to its receivers): a device that
-// relays a chain sends one op at a time, so the one receiver of a NIC that relays every round of a
-// chain through several hosts has no time left to hand its parts to the host's other receivers.
+// receivers on that NIC in taking rails in (and sending them on to its receivers), and on a NIC
+// with no receiver with each other: a device that relays a chain sends one op at a time, so the
+// one device of a NIC that relays every round of a chain through several hosts has no time left
+// to hand its parts to the host's receivers.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
