@@ -1105,14 +1105,13 @@ struct Hop {
   bool hand_over = false;
 };
 
-// The steps rails lay, and the seconds each device's port sends and each NIC takes in, which the
-// choices of the later steps weigh.
 // `hosts` turned by two places per round of pieces (`round`: piece j of a slice leaves by rail j
-// mod the holding host's NICs, in round j / NICs), so that hop i of round q goes to hosts[(i + 2q)
-// mod n]. Pieces follow one another down their chains, so piece q - i takes hop i while piece q
-// takes hop 0, and these go to hosts[(2q - i) mod n], a different host for each i: every host takes
-// in one piece at a time. Turned by one, they all went to the same host at once. With n odd, each
-// host is also the last of a chain (which relays nothing) for one piece in n.
+// mod the holding host's NICs, in round j / NICs), so that hop i of round q goes to
+// hosts[(i + 2q) mod n]. A rail's rounds follow one another down their chains, so round q - i
+// takes hop i while round q takes hop 0, and these go to hosts[(2q - i) mod n], a different host
+// for each i: each host takes in one round at a time on a rail. Turned by one place, they all went
+// to the same host at once. With n odd, each host is also the last of a chain (which relays
+// nothing) in one round of n.
 std::vector<int> turned_by_two(const std::vector<int>& hosts, int round) {
   const auto n = static_cast<int64_t>(hosts.size());
   std::vector<int> turned(hosts.size());
@@ -1121,6 +1120,8 @@ std::vector<int> turned_by_two(const std::vector<int>& hosts, int round) {
   return turned;
 }
 
+// The steps rails lay, and the seconds each device's port sends and each NIC takes in, which the
+// choices of the later steps weigh.
 class RailLayer {
  public:
   RailLayer(const Batch& batch, double busiest_seconds)

@@ -138,9 +138,9 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // in a chain of pieces through the receivers. The receiving hosts of a slice go in host order after
 // its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far
 // first (all but a chain's last host relay it: in host order one host relayed two slices while
-// another relayed none), or with `RailRelays::turned` turned by two hosts for each piece before
-// it on its rail (so that each host relays only some of a rail's pieces, and the pieces that follow
-// one another down their chains enter different hosts at once).
+// another relayed none), or with `RailRelays::turned` turned by two hosts per round of pieces
+// (one piece per rail; so that each host relays only some of a rail's rounds, and the rounds that
+// follow one another down their chains enter different hosts at once).
 // With `RailLevel::levelled`, of the chains whose busiest port or receiving NIC ends within 2% of
 // the least busy, the one that adds least to the sum of the squares of the seconds its ports and
 // NICs carry: the one that loads the less busy of them.
