@@ -724,24 +724,20 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           });
           return other >= 0 && played[other].time <= kOtherRailsWithin * time ? other : -1;
         };
-        // The fastest rails once more with the hosts that have sent least relaying first: in host
-        // order one receiving host relayed two slices while another relayed none (neither order
-        // wins everywhere: played instead, 12 cases better and 15 worse with four NICs).
+        // The fastest rails once more in each other relay order (detail::RailRelays), kept where
+        // it plays faster: with the hosts that have sent least relaying first (in host order one
+        // receiving host relayed two slices while another relayed none; neither order wins
+        // everywhere: played instead, 12 cases better and 15 worse with four NICs), and turned by
+        // two hosts a round (in one order every round, each host but the last relayed every piece,
+        // its ports sending it on and handing it to the receivers beside it; turned by one, the
+        // rounds that follow one another down their chains all entered one host at once).
         std::vector<detail::RailRules> fastest_lays = {fastest_rails->second};
-        if (const detail::RailRules relayed = {fastest_rails->second.pick,
-                                               fastest_rails->second.how,
-                                               detail::RailRelays::least_sent_first};
-            !near() && try_rails(kShopRounds, relayed) < fastest_rails->first)
-          fastest_lays.push_back(relayed);
-        // And turned: each round's receiving hosts turned by two (detail::rail_steps), so that a
-        // chain's relays take turns being its last host. In one order every round, each host
-        // but the last relayed every piece, its ports sending it on and handing it to the
-        // receivers beside it; turned by one, the rounds that follow one another down their
-        // chains all entered one host at once.
-        if (const detail::RailRules turned = {fastest_rails->second.pick, fastest_rails->second.how,
-                                              detail::RailRelays::turned};
-            !near() && try_rails(kShopRounds, turned) < fastest_rails->first)
-          fastest_lays.push_back(turned);
+        for (detail::RailRelays relays :
+             {detail::RailRelays::least_sent_first, detail::RailRelays::turned})
+          if (const detail::RailRules other_order = {fastest_rails->second.pick,
+                                                     fastest_rails->second.how, relays};
+              !near() && try_rails(kShopRounds, other_order) < fastest_rails->first)
+            fastest_lays.push_back(other_order);
         // And levelled: of chains that leave the busiest port or NIC about as busy, the one that
         // loads the less busy ones (where the busiest was one that every chain used, the first
         // chain tried took the piece, and the others' ports and NICs ended unevenly loaded). Where

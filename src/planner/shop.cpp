@@ -1105,21 +1105,6 @@ struct Hop {
   bool hand_over = false;
 };
 
-// `hosts` turned by two places per round of pieces (`round`: piece j of a slice leaves by rail j
-// mod the holding host's NICs, in round j / NICs), so that hop i of round q goes to
-// hosts[(i + 2q) mod n]. A rail's rounds follow one another down their chains, so round q - i
-// takes hop i while round q takes hop 0, and these go to hosts[(2q - i) mod n], a different host
-// for each i: each host takes in one round at a time on a rail. Turned by one place, they all went
-// to the same host at once. With n odd, each host is also the last of a chain (which relays
-// nothing) in one round of n.
-std::vector<int> turned_by_two(const std::vector<int>& hosts, int round) {
-  const auto n = static_cast<int64_t>(hosts.size());
-  std::vector<int> turned(hosts.size());
-  for (int64_t i = 0; i < n; ++i)
-    turned[static_cast<size_t>(i)] = hosts[static_cast<size_t>((i + 2 * int64_t{round}) % n)];
-  return turned;
-}
-
 // The steps rails lay, and the seconds each device's port sends and each NIC takes in, which the
 // choices of the later steps weigh.
 class RailLayer {
@@ -1331,8 +1316,17 @@ class RailLayer {
       if (rules.relays == RailRelays::least_sent_first)
         std::stable_sort(order.begin(), order.end(),
                          [&](int a, int b) { return sent_before.at(a) < sent_before.at(b); });
-      if (rules.relays == RailRelays::turned)
-        order = turned_by_two(order, j / used_nics(c_, from_host));
+      // Turned: by two places per round of pieces (piece j leaves by rail j mod the holding host's
+      // NICs, in round j / NICs), so that hop i of round q enters order[(i + 2q) mod n]. A rail's
+      // rounds follow one another down their chains, so round q - i takes hop i while round q
+      // takes hop 0, and these enter order[(2q - i) mod n], a different host for each i: each host
+      // takes in one round at a time on a rail. Turned by one place, they all entered one host at
+      // once. With n odd, each host is also the last of a chain (which relays nothing) in one
+      // round of n.
+      if (rules.relays == RailRelays::turned && !order.empty())
+        std::rotate(order.begin(),
+                    order.begin() + 2 * (j / used_nics(c_, from_host)) % std::ssize(order),
+                    order.end());
       for (int k = 0; k < used_nics(c_, from_host); ++k) {
         if (pick == RailPick::cyclic && !best.empty()) break;
         const int rail = (j + k) % used_nics(c_, from_host);
