@@ -1,12 +1,14 @@
 // Every shop and every rails the planner plays deliver each destination element exactly once, on
-// random layouts with one, two and four NICs per host. The planner drops a candidate that does
-// not (its stages, relays and forwards are laid by heuristics), so a lay that loses or doubles
-// bytes would only show as a slower plan; here it fails.
+// random layouts with one, two and four NICs per host (the shops relayed beside their holders also
+// as the jobs the greedy lays). The planner drops a candidate that does not (its stages, relays
+// and forwards are laid by heuristics), so a lay that loses or doubles bytes would only show as a
+// slower plan; here it fails.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "balance.h"
 #include "jobs.h"
 #include "meshcast/error.h"
 #include "meshcast/plan/validate.h"
@@ -18,22 +20,25 @@
 namespace meshcast {
 namespace {
 
+// `ops` as a plan of `batch`: an exception names what is wrong.
+void validate_ops(const Batch& batch, std::vector<Op> ops) {
+  Plan plan;
+  plan.batch = batch;
+  plan.ops = std::move(ops);
+  for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
+  validate_plan(plan);
+}
+
 // The ops of `steps` played as a plan of `batch`, with forwards after the sends over the NICs and
 // between them: an exception names what is wrong.
 void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& steps,
                      const std::vector<detail::Job>& jobs) {
-  for (detail::Forwards forwards :
-       {detail::Forwards::after_sends, detail::Forwards::between_sends}) {
-    Plan plan;
-    plan.batch = batch;
-    plan.ops = detail::play_steps(batch, steps, jobs, {.stock = 3, .forwards = forwards});
-    for (int i = 0; i < static_cast<int>(plan.ops.size()); ++i) plan.ops[i].id = i;
-    validate_plan(plan);
-  }
+  for (detail::Forwards forwards : {detail::Forwards::after_sends, detail::Forwards::between_sends})
+    validate_ops(batch, detail::play_steps(batch, steps, jobs, {.stock = 3, .forwards = forwards}));
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
-  int shops = 0, several_receivers = 0, phased = 0, rails = 0;
+  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, rails = 0;
   for (int nics : {1, 2, 4})
     for (const BenchCase& c : random_suite(1105, 30)) {
       Resharding p = c.problem;
@@ -51,19 +56,30 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
             for (detail::Funnel funnel :
                  {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
               for (bool beside : {false, true})
-                for (detail::Pieces pieces : {detail::Pieces::even, detail::Pieces::by_phases}) {
-                  const auto shop =
-                      detail::nic_shop(batch, jobs, 8, 0, level, sources, funnel, beside, pieces);
-                  if (!shop) continue;
-                  ++shops;
-                  several_receivers += multi;
-                  phased += pieces == detail::Pieces::by_phases;
-                  EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
-                      << c.label << " " << c.description << " with " << nics << " NICs, level "
-                      << static_cast<int>(level) << " sources " << static_cast<int>(sources)
-                      << " funnel " << static_cast<int>(funnel) << " beside " << beside
-                      << " pieces " << static_cast<int>(pieces);
-                }
+                for (detail::Pieces pieces : {detail::Pieces::even, detail::Pieces::by_phases})
+                  for (detail::Beside relays :
+                       {detail::Beside::from_holders, detail::Beside::relayed}) {
+                    const auto shop = detail::nic_shop(batch, jobs, 8, 0, level, sources, funnel,
+                                                       beside, pieces, relays);
+                    if (!shop) continue;
+                    ++shops;
+                    several_receivers += multi;
+                    phased += pieces == detail::Pieces::by_phases;
+                    relayed += relays == detail::Beside::relayed;
+                    EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
+                        << c.label << " " << c.description << " with " << nics << " NICs, level "
+                        << static_cast<int>(level) << " sources " << static_cast<int>(sources)
+                        << " funnel " << static_cast<int>(funnel) << " beside " << beside
+                        << " pieces " << static_cast<int>(pieces) << " relays "
+                        << static_cast<int>(relays);
+                    if (relays == detail::Beside::relayed) {
+                      EXPECT_NO_THROW(validate_ops(
+                          batch, detail::balance_order(batch, detail::shop_jobs(batch, *shop, jobs),
+                                                       PlanOptions{})))
+                          << c.label << " " << c.description << " with " << nics
+                          << " NICs, relayed, as jobs";
+                    }
+                  }
         for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
           for (detail::RailSpread how :
                {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
@@ -82,10 +98,12 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
             }
       }
     }
-  // The layouts reach both kinds of lay, and shops of slices with several receivers.
+  // The layouts reach both kinds of lay, and shops of slices with several receivers, cut at their
+  // phases or relayed beside their holders.
   EXPECT_GT(shops, 100);
   EXPECT_GT(several_receivers, 50);
   EXPECT_GT(phased, 50);
+  EXPECT_GT(relayed, 100);
   EXPECT_GT(rails, 100);
 }
 

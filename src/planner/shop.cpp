@@ -653,13 +653,27 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, Sources sources,
-                             Funnel funnelled, bool stages_beside_holders, Pieces pieces) {
+                             Funnel funnelled, bool stages_beside_holders, Pieces pieces,
+                             Beside beside_rule) {
   const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
   // Each transfer as one per receiving host: each receiver on a holding host takes the slice from
   // a holder beside it; the receivers of another host take it from the holders as one flow.
   std::deque<Transfer> per_host;  // the transfers cut so, which `order` points at
   std::vector<std::pair<const Job*, const Transfer*>> order;
+  std::set<DeviceId> holding;  // every device that holds a slice to send
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers)
+      holding.insert(t.candidates.begin(), t.candidates.end());
+  // The receivers beside a holder that relay its pieces to the others (Beside::relayed).
+  const auto relays_of = [&](const std::vector<DeviceId>& receivers) {
+    std::vector<DeviceId> relays;
+    if (beside_rule == Beside::relayed)
+      for (DeviceId r : receivers)
+        if (!holding.contains(r)) relays.push_back(r);
+    return relays.size() >= 2 ? relays : std::vector<DeviceId>{};
+  };
+  bool any_relayed = false;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
     for (const Transfer& t : job.transfers) {
@@ -676,10 +690,15 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       for (int h : hosts_of(t.receivers, c))  // in host order
         if (const auto it = away.find(h); it != away.end())
           add(it->second);
-        else
+        else if (!relays_of(beside.at(h)).empty()) {
+          add(beside.at(h));
+          any_relayed = true;
+        } else {
           for (DeviceId r : beside.at(h)) add({r});
+        }
     }
   }
+  if (beside_rule == Beside::relayed && !any_relayed) return std::nullopt;
   // Each slice from its receiver's host where that holds it (over the device link, from the
   // holder with the least to send beside it), else from the holding host with the least to send
   // per NIC so far, largest slices first.
@@ -732,7 +751,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
                            .holder = *beside,
                            .sender = *beside,
                            .entry = receiver,
-                           .receivers = {receiver}});
+                           .receivers = t->receivers});
   }
   std::deque<Transfer> levelled;  // the parts cut between hosts, which `flows` point at
   if (sources == Sources::levelled_hosts && !level_hosts(batch, flows, levelled))
@@ -824,7 +843,8 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
        })))
     return std::nullopt;
   // The slices into their holders' own hosts cut into pieces of the busiest holder's bytes /
-  // `rounds` too, so that a play can turn each holder from receiver to receiver.
+  // `rounds` too, so that a play can turn each holder from receiver to receiver; relayed, into a
+  // piece per relay at least, entering at the relays in turn.
   std::map<DeviceId, double> beside_bytes;
   for (const ShopPiece& p : shop.beside) beside_bytes[p.holder] += static_cast<double>(p.bytes);
   double most_beside = 0;
@@ -832,10 +852,14 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   const double beside_piece = std::max(static_cast<double>(min_piece_bytes), most_beside / rounds);
   std::vector<ShopPiece> beside;
   for (const ShopPiece& p : shop.beside) {
-    const auto parts = static_cast<int>(std::clamp(
-        std::round(static_cast<double>(p.bytes) / beside_piece), 1.0, static_cast<double>(rounds)));
+    const std::vector<DeviceId> relays = relays_of(p.receivers);
+    const auto least = static_cast<double>(std::max<size_t>(relays.size(), 1));
+    const auto parts =
+        static_cast<int>(std::clamp(std::round(static_cast<double>(p.bytes) / beside_piece), least,
+                                    std::max(least, static_cast<double>(rounds))));
     for (int i = 0; i < parts; ++i) {
       ShopPiece part = p;
+      if (!relays.empty()) part.entry = relays[i % relays.size()];
       part.slice = allgather_part(p.slice, parts, i);
       part.bytes = slice_bytes(batch, *p.job, part.slice);
       part.round = i;
@@ -959,13 +983,22 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
 
 std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vector<Job>& jobs) {
   std::vector<Job> out;
-  for (const ShopPiece& p : shop.beside)
+  // The forward of piece `p` from its entry to its other receivers, after `job`.
+  const auto forward = [&](const ShopPiece& p, Job& job) {
+    std::vector<DeviceId> onward = p.receivers;
+    std::erase(onward, p.entry);
+    if (!onward.empty())
+      job.then.push_back(transfer_op(std::move(onward), 0, p.slice, *p.job, p.entry, batch, 0));
+  };
+  for (const ShopPiece& p : shop.beside) {
     out.push_back({.tensor = p.job->tensor,
                    .task = p.job->task,
                    .transfers = {{.slice = p.slice,
                                   .bytes = p.bytes,
-                                  .receivers = p.receivers,
+                                  .receivers = {p.entry},
                                   .candidates = {p.holder}}}});
+    forward(p, out.back());
+  }
   for (const ShopPiece& p : shop.across) {
     Transfer t{
         .slice = p.slice, .bytes = p.bytes, .receivers = {p.entry}, .candidates = {p.holder}};
@@ -974,10 +1007,7 @@ std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vect
       t.through_stage = true;
     }
     Job job{.tensor = p.job->tensor, .task = p.job->task, .transfers = {t}, .round = p.round};
-    std::vector<DeviceId> onward = p.receivers;
-    std::erase(onward, p.entry);
-    if (!onward.empty())
-      job.then.push_back(transfer_op(std::move(onward), 0, p.slice, *p.job, p.entry, batch, 0));
+    forward(p, job);
     out.push_back(std::move(job));
   }
   std::stable_sort(out.begin(), out.end(),
@@ -990,32 +1020,30 @@ std::vector<Job> shop_jobs(const Batch& batch, const Shop& shop, const std::vect
 
 std::vector<PlayStep> shop_steps(const Shop& shop) {
   std::vector<PlayStep> steps;
-  for (const ShopPiece& p : shop.beside)
-    steps.push_back(
-        {.job = p.job, .slice = p.slice, .bytes = p.bytes, .from = p.holder, .to = p.entry});
-  for (const ShopPiece& p : shop.across) {
-    const PlayStep step{.job = p.job, .slice = p.slice, .bytes = p.bytes};
-    int after = -1;
-    if (p.holder != p.sender) {
-      steps.push_back(step);
-      steps.back().from = p.holder;
-      steps.back().to = p.sender;
-      steps.back().hand_over = true;
-      after = static_cast<int>(steps.size()) - 1;
-    }
-    steps.push_back(step);
-    steps.back().from = p.sender;
-    steps.back().to = p.entry;
-    steps.back().after = after;
-    after = static_cast<int>(steps.size()) - 1;
-    for (DeviceId r : p.receivers)
-      if (r != p.entry) {
+  for (const std::vector<ShopPiece>* pieces : {&shop.beside, &shop.across})
+    for (const ShopPiece& p : *pieces) {
+      const PlayStep step{.job = p.job, .slice = p.slice, .bytes = p.bytes};
+      int after = -1;
+      if (p.holder != p.sender) {
         steps.push_back(step);
-        steps.back().from = p.entry;
-        steps.back().to = r;
-        steps.back().after = after;
+        steps.back().from = p.holder;
+        steps.back().to = p.sender;
+        steps.back().hand_over = true;
+        after = static_cast<int>(steps.size()) - 1;
       }
-  }
+      steps.push_back(step);
+      steps.back().from = p.sender;
+      steps.back().to = p.entry;
+      steps.back().after = after;
+      after = static_cast<int>(steps.size()) - 1;
+      for (DeviceId r : p.receivers)
+        if (r != p.entry) {
+          steps.push_back(step);
+          steps.back().from = p.entry;
+          steps.back().to = r;
+          steps.back().after = after;
+        }
+    }
   return steps;
 }
 

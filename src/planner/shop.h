@@ -20,7 +20,8 @@ enum class ShopLevel {
 // A piece of a slice on its way: handed over the device link from `holder` to `sender` (where they
 // differ), sent over the NICs to `entry`, forwarded over the device link to each of `receivers`
 // (all on one host) but the entry. A piece into its holder's own host goes from `holder` (==
-// sender) to its one receiver (== entry) over the device link.
+// sender) over the device link to its one receiver (== entry), or with Beside::relayed to a
+// receiver that forwards it to the others.
 struct ShopPiece {
   const Job* job = nullptr;
   Box slice = {};
@@ -78,12 +79,20 @@ struct Shop {
 // a time, under which every NIC is busy with one pair at most), so that each piece lies in one
 // phase: where every receiving NIC and the busiest sender are at the bound, pieces of one size
 // taking turns shared a receiving NIC between two senders while another idled.
+// With `Beside::relayed`, where two or more of a slice's receivers beside its holder hold nothing
+// to send, its pieces (at least one per such receiver) enter at those receivers in turn, each
+// passing its pieces on to the slice's other receivers there (else nullopt, where no slice is
+// so): the holder's port carries the slice once rather than once per receiver, while it may also
+// have pieces from other hosts to pass on (random suite seed 1710 r30 with eight NICs, 1.544x ->
+// 1.323x). Not always, as a receiver that stages pieces for the NICs has its port busy then.
 enum class Sources { chosen_host, any_host, levelled_hosts };
 enum class Funnel { none, by_senders, with_spares };
 enum class Pieces { even, by_phases };
+enum class Beside { from_holders, relayed };
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, ShopLevel level, Sources sources,
-                             Funnel funnelled, bool stages_beside_holders, Pieces pieces);
+                             Funnel funnelled, bool stages_beside_holders, Pieces pieces,
+                             Beside beside = Beside::from_holders);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
