@@ -38,7 +38,7 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
-  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, rails = 0;
+  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, fed = 0, rails = 0;
   for (int nics : {1, 2, 4})
     for (const BenchCase& c : random_suite(1105, 30)) {
       Resharding p = c.problem;
@@ -58,28 +58,38 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
               for (bool beside : {false, true})
                 for (detail::Pieces pieces : {detail::Pieces::even, detail::Pieces::by_phases})
                   for (detail::Beside relays :
-                       {detail::Beside::from_holders, detail::Beside::relayed}) {
-                    const auto shop = detail::nic_shop(batch, jobs, 8, 0, level, sources, funnel,
-                                                       beside, pieces, relays);
-                    if (!shop) continue;
-                    ++shops;
-                    several_receivers += multi;
-                    phased += pieces == detail::Pieces::by_phases;
-                    relayed += relays == detail::Beside::relayed;
-                    EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
-                        << c.label << " " << c.description << " with " << nics << " NICs, level "
-                        << static_cast<int>(level) << " sources " << static_cast<int>(sources)
-                        << " funnel " << static_cast<int>(funnel) << " beside " << beside
-                        << " pieces " << static_cast<int>(pieces) << " relays "
-                        << static_cast<int>(relays);
-                    if (relays == detail::Beside::relayed) {
-                      EXPECT_NO_THROW(validate_ops(
-                          batch, detail::balance_order(batch, detail::shop_jobs(batch, *shop, jobs),
-                                                       PlanOptions{})))
-                          << c.label << " " << c.description << " with " << nics
-                          << " NICs, relayed, as jobs";
+                       {detail::Beside::from_holders, detail::Beside::relayed})
+                    for (detail::Feeds feeds :
+                         {detail::Feeds::first_holder, detail::Feeds::least_busy_holder}) {
+                      const auto shop = detail::nic_shop(batch, jobs, 8, 0,
+                                                         {.level = level,
+                                                          .sources = sources,
+                                                          .funnel = funnel,
+                                                          .stages_beside_holders = beside,
+                                                          .pieces = pieces,
+                                                          .beside = relays,
+                                                          .feeds = feeds});
+                      if (!shop) continue;
+                      ++shops;
+                      several_receivers += multi;
+                      phased += pieces == detail::Pieces::by_phases;
+                      relayed += relays == detail::Beside::relayed;
+                      fed += feeds == detail::Feeds::least_busy_holder;
+                      EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
+                          << c.label << " " << c.description << " with " << nics << " NICs, level "
+                          << static_cast<int>(level) << " sources " << static_cast<int>(sources)
+                          << " funnel " << static_cast<int>(funnel) << " beside " << beside
+                          << " pieces " << static_cast<int>(pieces) << " relays "
+                          << static_cast<int>(relays) << " feeds " << static_cast<int>(feeds);
+                      if (relays == detail::Beside::relayed) {
+                        EXPECT_NO_THROW(validate_ops(
+                            batch,
+                            detail::balance_order(batch, detail::shop_jobs(batch, *shop, jobs),
+                                                  PlanOptions{})))
+                            << c.label << " " << c.description << " with " << nics
+                            << " NICs, relayed, as jobs";
+                      }
                     }
-                  }
         for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
           for (detail::RailSpread how :
                {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
@@ -99,11 +109,12 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
       }
     }
   // The layouts reach both kinds of lay, and shops of slices with several receivers, cut at their
-  // phases or relayed beside their holders.
+  // phases, relayed beside their holders or with stages fed by the least busy holders.
   EXPECT_GT(shops, 100);
   EXPECT_GT(several_receivers, 50);
   EXPECT_GT(phased, 50);
   EXPECT_GT(relayed, 100);
+  EXPECT_GT(fed, 40);
   EXPECT_GT(rails, 100);
 }
 

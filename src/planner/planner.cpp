@@ -607,21 +607,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         std::array<std::optional<FastestShop>, 2> fastest_shops;
         // A shop whose fastest play so far is this slow is played no further.
         const auto far = [&](double time) { return time > kShopPlaysWithin * best; };
-        // The fastest shop's lay so far (time, arguments), to be laid once more relayed beside.
-        struct FastestLay {
-          double time = 0;
-          detail::ShopLevel level;
-          detail::Sources sources;
-          detail::Funnel funnelled;
-          bool stages_beside_holders;
-        };
-        std::optional<FastestLay> fastest_lay;
-        const auto try_shop = [&](detail::ShopLevel level, detail::Sources sources,
-                                  detail::Funnel funnelled, bool stages_beside_holders,
-                                  detail::Beside beside = detail::Beside::from_holders) {
-          const auto shop = detail::nic_shop(
-              batch, of, kShopRounds, kRailRoundBuckets * default_bucket_bytes(batch.cluster),
-              level, sources, funnelled, stages_beside_holders, pieces, beside);
+        // The fastest shop's lay so far, to be laid once more in other ways.
+        std::optional<std::pair<double, detail::ShopRules>> fastest_lay;
+        const auto try_shop = [&](const detail::ShopRules& rules) {
+          const auto shop =
+              detail::nic_shop(batch, of, kShopRounds,
+                               kRailRoundBuckets * default_bucket_bytes(batch.cluster), rules);
           if (!shop) return false;
           try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
           // Levelled, also whole: one piece per pair of NICs, which the greedy sends as one op each
@@ -630,10 +621,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           // the right order, end together (seed 1303 r7 with one NIC, 1.167x -> 1.000x). Laid so
           // for every shop, it came within 1.05x first where a later candidate came nearer (seeds
           // 1301-1320 with two NICs: 5 cases worse, 2 better).
-          if (sources == detail::Sources::levelled_hosts && pieces == detail::Pieces::even)
-            if (const auto whole =
-                    detail::nic_shop(batch, of, 1, 0, level, sources, funnelled,
-                                     stages_beside_holders, detail::Pieces::even, beside))
+          if (rules.sources == detail::Sources::levelled_hosts && pieces == detail::Pieces::even)
+            if (const auto whole = detail::nic_shop(batch, of, 1, 0, rules))
               try_candidate(detail::shop_jobs(batch, *whole, of), options, detail::Shape::chains,
                             true);
           auto steps = detail::shop_steps(*shop);
@@ -645,13 +634,13 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                         try_plays(steps, of, {.stock = stock, .stock_counts_coming = counted});
                     !fastest_stock || time < fastest_stock->first)
                   fastest_stock = {time, stock};
-          if (!fastest_lay || fastest_stock->first < fastest_lay->time)
-            fastest_lay = {fastest_stock->first, level, sources, funnelled, stages_beside_holders};
+          if (!fastest_lay || fastest_stock->first < fastest_lay->first)
+            fastest_lay = {fastest_stock->first, rules};
           // Only shops of even pieces are played again below: where a shop cut at its phases was
           // the fastest so far, playing it again in other ways left the plan further from the
           // bound than the even shop's (seed 1702 r17 with two NICs, 1.039x -> 1.070x).
           if (pieces == detail::Pieces::by_phases) return true;
-          auto& fastest = fastest_shops[stages_beside_holders];
+          auto& fastest = fastest_shops[rules.stages_beside_holders];
           if (!fastest || fastest_stock->first < fastest->time)
             fastest = FastestShop{fastest_stock->first, std::move(steps), fastest_stock->second};
           return true;
@@ -669,16 +658,30 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                  {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
               for (bool beside : {false, true}) {
                 if (near() || (beside && level != detail::ShopLevel::ports)) break;
-                any_shop = try_shop(level, sources, funnelled, beside) || any_shop;
+                any_shop = try_shop({.level = level,
+                                     .sources = sources,
+                                     .funnel = funnelled,
+                                     .stages_beside_holders = beside,
+                                     .pieces = pieces}) ||
+                           any_shop;
               }
           if (!any_shop) break;
         }
-        // The fastest shop once more with the receivers beside a holder relaying its pieces, where
-        // it played within kShopPlaysWithin of the best plan (laid so for every shop, twice as many
-        // shops would be laid and played).
-        if (fastest_lay && !near() && !far(fastest_lay->time))
-          try_shop(fastest_lay->level, fastest_lay->sources, fastest_lay->funnelled,
-                   fastest_lay->stages_beside_holders, detail::Beside::relayed);
+        // The fastest shop once more with the receivers beside a holder relaying its pieces, then
+        // the fastest so far once more laid by the ports with its stages fed by the least busy
+        // holders, each where it played within kShopPlaysWithin of the best plan (laid so for
+        // every shop, twice as many shops would be laid and played each time).
+        if (fastest_lay && !near() && !far(fastest_lay->first)) {
+          detail::ShopRules relayed = fastest_lay->second;
+          relayed.beside = detail::Beside::relayed;
+          try_shop(relayed);
+        }
+        if (fastest_lay && !near() && !far(fastest_lay->first)) {
+          detail::ShopRules fed = fastest_lay->second;
+          fed.level = detail::ShopLevel::ports;
+          fed.feeds = detail::Feeds::least_busy_holder;
+          try_shop(fed);
+        }
         for (const auto& fastest : fastest_shops) {
           if (!fastest || far(fastest->time)) continue;
           try_other_turns_and_sends(fastest->steps, of, fastest->stock);

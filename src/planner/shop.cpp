@@ -53,11 +53,21 @@ struct Flow {
     return std::find(holders.begin(), holders.end(), d) != holders.end();
   }
   bool bars(DeviceId d) const { return std::find(barred.begin(), barred.end(), d) != barred.end(); }
-  // The holder that hands the slice to a stage `d` (or sends it, where `d` holds it): the first
-  // of `holders` on `d`'s host.
+  // The holders laid to hand the slice to stages (Feeds::least_busy_holder), by stage.
+  std::map<DeviceId, DeviceId> fed_by = {};
+  // The holder that hands the slice to a stage `d` (or sends it, where `d` holds it): the one laid
+  // to, else the first of `holders` on `d`'s host.
   DeviceId holder_beside(const Cluster& c, DeviceId d) const {
+    if (const auto it = fed_by.find(d); it != fed_by.end()) return it->second;
     return *std::find_if(holders.begin(), holders.end(),
                          [&](DeviceId h) { return c.host_of(h) == c.host_of(d); });
+  }
+  // The holder on `d`'s host whose port (`port`: seconds taken, by device) is least busy.
+  DeviceId least_busy_holder(const Cluster& c, DeviceId d, const std::vector<double>& port) const {
+    std::optional<DeviceId> least;
+    for (DeviceId h : holders)
+      if (c.host_of(h) == c.host_of(d) && (!least || port[h] < port[*least])) least = h;
+    return *least;
   }
 };
 
@@ -469,10 +479,10 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
 }
 
 // The flows' shares by device, laid a quantum at a time where each ends soonest
-// (ShopLevel::ports), from any of each flow's holders. `port` holds the seconds of each device's
-// send port already taken.
+// (ShopLevel::ports), from any of each flow's holders, each stage fed by the first holder on its
+// host or by `feeds`. `port` holds the seconds of each device's send port already taken.
 void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port,
-                  bool beside_holders) {
+                  bool beside_holders, Feeds feeds) {
   constexpr int kQuanta = 32;
   // Three passes: sending, receiving knowing what each port sends, and both again knowing what
   // each port forwards.
@@ -500,7 +510,9 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
           continue;
         double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
         if (!f.holds(d)) {
-          const DeviceId h = f.holder_beside(c, d);
+          const DeviceId h = feeds == Feeds::least_busy_holder && !f.fed_by.contains(d)
+                                 ? f.least_busy_holder(c, d, port)
+                                 : f.holder_beside(c, d);
           time = std::max(time, port[h] + link_time(h, q));
         }
         if (best < 0 || time < best_time) {
@@ -511,7 +523,11 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     add_share(f.out, best, q);
     out[nic_id(best)] += nic_time(best, q);
     port[best] += nic_time(best, q);
-    if (!f.holds(best)) port[f.holder_beside(c, best)] += link_time(best, q);
+    if (!f.holds(best)) {
+      if (feeds == Feeds::least_busy_holder && !f.fed_by.contains(best))
+        f.fed_by[best] = f.least_busy_holder(c, best, port);
+      port[f.holder_beside(c, best)] += link_time(best, q);
+    }
   };
   const auto take_quantum = [&](Flow& f, double q) {
     const int host = f.home(c);
@@ -540,6 +556,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
         if (!f.holds(d)) port[f.holder_beside(c, d)] -= link_time(d, bytes);
       }
       f.out.clear();
+      f.fed_by.clear();
     }
     for (int i = 0; i < kQuanta; ++i)
       for (size_t f = 0; f < flows.size(); ++f) send_quantum(f, flows[f].bytes() / kQuanta);
@@ -652,9 +669,8 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 }  // namespace
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level, Sources sources,
-                             Funnel funnelled, bool stages_beside_holders, Pieces pieces,
-                             Beside beside_rule) {
+                             int64_t min_piece_bytes, const ShopRules& rules) {
+  const auto [level, sources, funnelled, stages_beside_holders, pieces, beside_rule, feeds] = rules;
   const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
   // Each transfer as one per receiving host: each receiver on a holding host takes the slice from
@@ -882,10 +898,19 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
         });
       }))
     return std::nullopt;
+  // Stages fed by the least busy holder need a host with two holders of a slice, laid by ports.
+  if (feeds == Feeds::least_busy_holder &&
+      (level != ShopLevel::ports || std::none_of(flows.begin(), flows.end(), [&](const Flow& f) {
+         std::set<int> hosts;
+         for (DeviceId h : f.holders)
+           if (!hosts.insert(c.host_of(h)).second) return true;
+         return false;
+       })))
+    return std::nullopt;
   if (level == ShopLevel::bytes)
     lay_by_bytes(c, flows);
   else
-    lay_by_ports(c, flows, port, stages_beside_holders);
+    lay_by_ports(c, flows, port, stages_beside_holders, feeds);
   if (funnelled != Funnel::none && !funnel(c, flows, funnelled == Funnel::with_spares))
     return std::nullopt;
 

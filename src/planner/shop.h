@@ -52,13 +52,15 @@ struct Shop {
 //   the least to send per NIC so far (largest slices first);
 // - each host's sending is spread over its NICs that have devices, by `level`, and sent on each NIC
 //   by a holder of the slice there, else by the device of that NIC with the least to send (a
-//   stage, handed the piece by a holder; with ShopLevel::ports and `stages_beside_holders`, a
-//   stage may also share a holder's NIC, whose port may be busy handing over); each host's
+//   stage, handed the piece by the first holder on its host; with ShopLevel::ports and
+//   `stages_beside_holders`, a stage may also share a holder's NIC, whose port may be busy
+//   handing over); each host's
 //   receiving likewise, entering at a receiver on its NIC and at a device that forwards it on the
 //   others;
 // - what a slice sends by each NIC and takes in by each NIC are paired in order (the north-west
 //   corner rule: the fewest cuts), and each pair cut into pieces of the busiest NIC's bytes /
 //   `rounds` (at least `min_piece_bytes`), so that pieces of one size take turns.
+// The rules are ShopRules' members (the first of each enum the default):
 // With `Sources::any_host`, slices also leave hosts other than the one chosen above (else nullopt,
 // where that changes nothing): a slice into its holder's own host that other hosts hold too has a
 // part of it sent from afar (at most one such part per job, and none for a job with another slice
@@ -85,14 +87,28 @@ struct Shop {
 // so): the holder's port carries the slice once rather than once per receiver, while it may also
 // have pieces from other hosts to pass on (random suite seed 1710 r30 with eight NICs, 1.544x ->
 // 1.323x). Not always, as a receiver that stages pieces for the NICs has its port busy then.
+// With `Feeds::least_busy_holder` and ShopLevel::ports, a stage is handed its pieces by the holder
+// on its host whose port is least busy when the stage is first laid a quantum (else nullopt, where
+// no host of a slice has two holders): the first holder handed every stage its share while it sent
+// over its own NIC too, and the other holders sent over theirs alone (seed 1707 r28 with eight
+// NICs, two holders of the whole tensor, 1.212x -> 1.139x). Not always, as a holder chosen so
+// early may end busier than the first would have.
 enum class Sources { chosen_host, any_host, levelled_hosts };
 enum class Funnel { none, by_senders, with_spares };
 enum class Pieces { even, by_phases };
 enum class Beside { from_holders, relayed };
+enum class Feeds { first_holder, least_busy_holder };
+struct ShopRules {
+  ShopLevel level = ShopLevel::bytes;
+  Sources sources = Sources::chosen_host;
+  Funnel funnel = Funnel::none;
+  bool stages_beside_holders = false;
+  Pieces pieces = Pieces::even;
+  Beside beside = Beside::from_holders;
+  Feeds feeds = Feeds::first_holder;
+};
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
-                             int64_t min_piece_bytes, ShopLevel level, Sources sources,
-                             Funnel funnelled, bool stages_beside_holders, Pieces pieces,
-                             Beside beside = Beside::from_holders);
+                             int64_t min_piece_bytes, const ShopRules& rules);
 
 // The shop as jobs for balance order: each piece one job of round ShopPiece::round, through its
 // stage where it has one (Transfer::through_stage), followed by its forward; the copies of `jobs`
