@@ -607,42 +607,55 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         std::array<std::optional<FastestShop>, 2> fastest_shops;
         // A shop whose fastest play so far is this slow is played no further.
         const auto far = [&](double time) { return time > kShopPlaysWithin * best; };
-        // The fastest shop's lay so far, to be laid once more in other ways.
-        std::optional<std::pair<double, detail::ShopRules>> fastest_lay;
-        const auto try_shop = [&](const detail::ShopRules& rules) {
+        // The fastest shop's lay so far and the stock of its fastest play, to be laid once more in
+        // other ways.
+        struct FastestLay {
+          double time = 0;
+          detail::ShopRules rules;
+          int stock = 0;
+          bool counted = false;
+        };
+        std::optional<FastestLay> fastest_lay;
+        // A shop laid once more in another way (`again`: the lay it comes from) is played only
+        // with that lay's fastest stock, and not by the greedy.
+        const auto try_shop = [&](const detail::ShopRules& rules,
+                                  const FastestLay* again = nullptr) {
           const auto shop =
               detail::nic_shop(batch, of, kShopRounds,
                                kRailRoundBuckets * default_bucket_bytes(batch.cluster), rules);
           if (!shop) return false;
-          try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains, true);
+          if (!again)
+            try_candidate(detail::shop_jobs(batch, *shop, of), options, detail::Shape::chains,
+                          true);
           // Levelled, also whole: one piece per pair of NICs, which the greedy sends as one op each
           // in the order it finds. Where every receiving NIC and the busiest senders are at the
           // bound, pieces taking turns left NICs short, while the slices whole, each device's in
           // the right order, end together (seed 1303 r7 with one NIC, 1.167x -> 1.000x). Laid so
           // for every shop, it came within 1.05x first where a later candidate came nearer (seeds
           // 1301-1320 with two NICs: 5 cases worse, 2 better).
-          if (rules.sources == detail::Sources::levelled_hosts && pieces == detail::Pieces::even)
+          if (!again && rules.sources == detail::Sources::levelled_hosts &&
+              pieces == detail::Pieces::even)
             if (const auto whole = detail::nic_shop(batch, of, 1, 0, rules))
               try_candidate(detail::shop_jobs(batch, *whole, of), options, detail::Shape::chains,
                             true);
           auto steps = detail::shop_steps(*shop);
-          std::optional<std::pair<double, int>> fastest_stock;  // (time, stock)
+          std::optional<FastestLay> fastest_stock;
           for (int stock : kShopStocks)
             for (bool counted : {false, true})
-              if (!fastest_stock || !far(fastest_stock->first))
+              if ((!again || (stock == again->stock && counted == again->counted)) &&
+                  (!fastest_stock || !far(fastest_stock->time)))
                 if (const double time =
                         try_plays(steps, of, {.stock = stock, .stock_counts_coming = counted});
-                    !fastest_stock || time < fastest_stock->first)
-                  fastest_stock = {time, stock};
-          if (!fastest_lay || fastest_stock->first < fastest_lay->first)
-            fastest_lay = {fastest_stock->first, rules};
+                    !fastest_stock || time < fastest_stock->time)
+                  fastest_stock = {time, rules, stock, counted};
+          if (!fastest_lay || fastest_stock->time < fastest_lay->time) fastest_lay = fastest_stock;
           // Only shops of even pieces are played again below: where a shop cut at its phases was
           // the fastest so far, playing it again in other ways left the plan further from the
           // bound than the even shop's (seed 1702 r17 with two NICs, 1.039x -> 1.070x).
           if (pieces == detail::Pieces::by_phases) return true;
           auto& fastest = fastest_shops[rules.stages_beside_holders];
-          if (!fastest || fastest_stock->first < fastest->time)
-            fastest = FastestShop{fastest_stock->first, std::move(steps), fastest_stock->second};
+          if (!fastest || fastest_stock->time < fastest->time)
+            fastest = FastestShop{fastest_stock->time, std::move(steps), fastest_stock->stock};
           return true;
         };
         // Laid by the ports, each way once more with stages beside the holders: a holder that hands
@@ -671,16 +684,18 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         // the fastest so far once more laid by the ports with its stages fed by the least busy
         // holders, each where it played within kShopPlaysWithin of the best plan (laid so for
         // every shop, twice as many shops would be laid and played each time).
-        if (fastest_lay && !near() && !far(fastest_lay->first)) {
-          detail::ShopRules relayed = fastest_lay->second;
+        if (fastest_lay && !near() && !far(fastest_lay->time)) {
+          const FastestLay from = *fastest_lay;
+          detail::ShopRules relayed = from.rules;
           relayed.beside = detail::Beside::relayed;
-          try_shop(relayed);
+          try_shop(relayed, &from);
         }
-        if (fastest_lay && !near() && !far(fastest_lay->first)) {
-          detail::ShopRules fed = fastest_lay->second;
+        if (fastest_lay && !near() && !far(fastest_lay->time)) {
+          const FastestLay from = *fastest_lay;
+          detail::ShopRules fed = from.rules;
           fed.level = detail::ShopLevel::ports;
           fed.feeds = detail::Feeds::least_busy_holder;
-          try_shop(fed);
+          try_shop(fed, &from);
         }
         for (const auto& fastest : fastest_shops) {
           if (!fastest || far(fastest->time)) continue;
