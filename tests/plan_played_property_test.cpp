@@ -38,7 +38,7 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
-  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, fed = 0, rails = 0;
+  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, by_all = 0, fed = 0, rails = 0;
   for (int nics : {1, 2, 4})
     for (const BenchCase& c : random_suite(1105, 30)) {
       Resharding p = c.problem;
@@ -58,7 +58,8 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
               for (bool beside : {false, true})
                 for (detail::Pieces pieces : {detail::Pieces::even, detail::Pieces::by_phases})
                   for (detail::Beside relays :
-                       {detail::Beside::from_holders, detail::Beside::relayed})
+                       {detail::Beside::from_holders, detail::Beside::relayed,
+                        detail::Beside::relayed_by_all})
                     for (detail::Feeds feeds :
                          {detail::Feeds::first_holder, detail::Feeds::least_busy_holder}) {
                       const auto shop = detail::nic_shop(batch, jobs, 8, 0,
@@ -73,7 +74,8 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                       ++shops;
                       several_receivers += multi;
                       phased += pieces == detail::Pieces::by_phases;
-                      relayed += relays == detail::Beside::relayed;
+                      relayed += relays != detail::Beside::from_holders;
+                      by_all += relays == detail::Beside::relayed_by_all;
                       fed += feeds == detail::Feeds::least_busy_holder;
                       EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
                           << c.label << " " << c.description << " with " << nics << " NICs, level "
@@ -81,7 +83,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                           << " funnel " << static_cast<int>(funnel) << " beside " << beside
                           << " pieces " << static_cast<int>(pieces) << " relays "
                           << static_cast<int>(relays) << " feeds " << static_cast<int>(feeds);
-                      if (relays == detail::Beside::relayed) {
+                      if (relays != detail::Beside::from_holders) {
                         EXPECT_NO_THROW(validate_ops(
                             batch,
                             detail::balance_order(batch, detail::shop_jobs(batch, *shop, jobs),
@@ -109,11 +111,13 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
       }
     }
   // The layouts reach both kinds of lay, and shops of slices with several receivers, cut at their
-  // phases, relayed beside their holders or with stages fed by the least busy holders.
+  // phases, relayed beside their holders (by every receiver there too) or with stages fed by the
+  // least busy holders.
   EXPECT_GT(shops, 100);
   EXPECT_GT(several_receivers, 50);
   EXPECT_GT(phased, 50);
   EXPECT_GT(relayed, 100);
+  EXPECT_GT(by_all, 100);
   EXPECT_GT(fed, 40);
   EXPECT_GT(rails, 100);
 }

@@ -686,9 +686,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         // every shop, twice as many shops would be laid and played each time).
         if (fastest_lay && !near() && !far(fastest_lay->time)) {
           const FastestLay from = *fastest_lay;
-          detail::ShopRules relayed = from.rules;
-          relayed.beside = detail::Beside::relayed;
-          try_shop(relayed, &from);
+          for (detail::Beside beside : {detail::Beside::relayed, detail::Beside::relayed_by_all}) {
+            detail::ShopRules relayed = from.rules;
+            relayed.beside = beside;
+            if (!near()) try_shop(relayed, &from);
+          }
         }
         if (fastest_lay && !near() && !far(fastest_lay->time)) {
           const FastestLay from = *fastest_lay;

@@ -681,15 +681,17 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   for (const Job& job : jobs)
     for (const Transfer& t : job.transfers)
       holding.insert(t.candidates.begin(), t.candidates.end());
-  // The receivers beside a holder that relay its pieces to the others (Beside::relayed).
+  // The receivers beside a holder that relay its pieces to the others (Beside::relayed and
+  // Beside::relayed_by_all).
   const auto relays_of = [&](const std::vector<DeviceId>& receivers) {
     std::vector<DeviceId> relays;
-    if (beside_rule == Beside::relayed)
+    if (beside_rule != Beside::from_holders)
       for (DeviceId r : receivers)
-        if (!holding.contains(r)) relays.push_back(r);
+        if (beside_rule == Beside::relayed_by_all || !holding.contains(r)) relays.push_back(r);
     return relays.size() >= 2 ? relays : std::vector<DeviceId>{};
   };
-  bool any_relayed = false;
+  // Whether a slice is relayed, and relayed by a receiver that holds slices of its own.
+  bool any_relayed = false, any_by_holders = false;
   for (const Job& job : jobs) {
     if (!job.only_copies_follow()) return std::nullopt;
     for (const Transfer& t : job.transfers) {
@@ -706,15 +708,20 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
       for (int h : hosts_of(t.receivers, c))  // in host order
         if (const auto it = away.find(h); it != away.end())
           add(it->second);
-        else if (!relays_of(beside.at(h)).empty()) {
+        else if (const auto relays = relays_of(beside.at(h)); !relays.empty()) {
           add(beside.at(h));
           any_relayed = true;
+          any_by_holders =
+              any_by_holders || std::any_of(relays.begin(), relays.end(),
+                                            [&](DeviceId r) { return holding.contains(r); });
         } else {
           for (DeviceId r : beside.at(h)) add({r});
         }
     }
   }
-  if (beside_rule == Beside::relayed && !any_relayed) return std::nullopt;
+  if ((beside_rule == Beside::relayed && !any_relayed) ||
+      (beside_rule == Beside::relayed_by_all && !any_by_holders))
+    return std::nullopt;
   // Each slice from its receiver's host where that holds it (over the device link, from the
   // holder with the least to send beside it), else from the holding host with the least to send
   // per NIC so far, largest slices first.

@@ -87,6 +87,8 @@ struct Shop {
 // so): the holder's port carries the slice once rather than once per receiver, while it may also
 // have pieces from other hosts to pass on (random suite seed 1710 r30 with eight NICs, 1.544x ->
 // 1.323x). Not always, as a receiver that stages pieces for the NICs has its port busy then.
+// With `Beside::relayed_by_all`, so through every receiver beside the holder, those that hold
+// slices of their own too (else nullopt, where no such receiver relays).
 // With `Feeds::least_busy_holder` and ShopLevel::ports, a stage is handed its pieces by the holder
 // on its host whose port is least busy when the stage is first laid a quantum (else nullopt, where
 // no host of a slice has two holders): the first holder handed every stage its share while it sent
@@ -96,7 +98,7 @@ struct Shop {
 enum class Sources { chosen_host, any_host, levelled_hosts };
 enum class Funnel { none, by_senders, with_spares };
 enum class Pieces { even, by_phases };
-enum class Beside { from_holders, relayed };
+enum class Beside { from_holders, relayed, relayed_by_all };
 enum class Feeds { first_holder, least_busy_holder };
 struct ShopRules {
   ShopLevel level = ShopLevel::bytes;
