@@ -20,8 +20,8 @@ enum class ShopLevel {
 // A piece of a slice on its way: handed over the device link from `holder` to `sender` (where they
 // differ), sent over the NICs to `entry`, forwarded over the device link to each of `receivers`
 // (all on one host) but the entry. A piece into its holder's own host goes from `holder` (==
-// sender) over the device link to its one receiver (== entry), or with Beside::relayed to a
-// receiver that forwards it to the others.
+// sender) over the device link to its one receiver (== entry), or, relayed (Beside), to one of its
+// receivers that forwards it to the others.
 struct ShopPiece {
   const Job* job = nullptr;
   Box slice = {};
