@@ -62,8 +62,11 @@ struct Flow {
     return *std::find_if(holders.begin(), holders.end(),
                          [&](DeviceId h) { return c.host_of(h) == c.host_of(d); });
   }
-  // The holder on `d`'s host whose port (`port`: seconds taken, by device) is least busy.
-  DeviceId least_busy_holder(const Cluster& c, DeviceId d, const std::vector<double>& port) const {
+  // The holder that hands the slice to stage `d`: the one laid to, else by `feeds` the first on
+  // `d`'s host or the one there whose port (`port`: seconds taken, by device) is least busy.
+  DeviceId feeder(const Cluster& c, DeviceId d, const std::vector<double>& port,
+                  Feeds feeds) const {
+    if (feeds == Feeds::first_holder || fed_by.contains(d)) return holder_beside(c, d);
     std::optional<DeviceId> least;
     for (DeviceId h : holders)
       if (c.host_of(h) == c.host_of(d) && (!least || port[h] < port[*least])) least = h;
@@ -510,9 +513,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
           continue;
         double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
         if (!f.holds(d)) {
-          const DeviceId h = feeds == Feeds::least_busy_holder && !f.fed_by.contains(d)
-                                 ? f.least_busy_holder(c, d, port)
-                                 : f.holder_beside(c, d);
+          const DeviceId h = f.feeder(c, d, port, feeds);
           time = std::max(time, port[h] + link_time(h, q));
         }
         if (best < 0 || time < best_time) {
@@ -524,9 +525,9 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
     out[nic_id(best)] += nic_time(best, q);
     port[best] += nic_time(best, q);
     if (!f.holds(best)) {
-      if (feeds == Feeds::least_busy_holder && !f.fed_by.contains(best))
-        f.fed_by[best] = f.least_busy_holder(c, best, port);
-      port[f.holder_beside(c, best)] += link_time(best, q);
+      const DeviceId h = f.feeder(c, best, port, feeds);
+      if (feeds == Feeds::least_busy_holder) f.fed_by.try_emplace(best, h);
+      port[h] += link_time(best, q);
     }
   };
   const auto take_quantum = [&](Flow& f, double q) {
@@ -677,10 +678,11 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
   // a holder beside it; the receivers of another host take it from the holders as one flow.
   std::deque<Transfer> per_host;  // the transfers cut so, which `order` points at
   std::vector<std::pair<const Job*, const Transfer*>> order;
-  std::set<DeviceId> holding;  // every device that holds a slice to send
-  for (const Job& job : jobs)
-    for (const Transfer& t : job.transfers)
-      holding.insert(t.candidates.begin(), t.candidates.end());
+  std::set<DeviceId> holding;  // every device that holds a slice to send, where relayed
+  if (beside_rule != Beside::from_holders)
+    for (const Job& job : jobs)
+      for (const Transfer& t : job.transfers)
+        holding.insert(t.candidates.begin(), t.candidates.end());
   // The receivers beside a holder that relay its pieces to the others (Beside::relayed and
   // Beside::relayed_by_all).
   const auto relays_of = [&](const std::vector<DeviceId>& receivers) {
