@@ -7,6 +7,7 @@
 #include <ranges>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -56,19 +57,48 @@ class SendCapacity {
         busy_(static_cast<size_t>(nics_)) {
     for (int n = 0; n < nics_; ++n) others_[n] = cluster.devices_on_nic(host, n);
     for (const auto& [local, seconds] : holders) {
-      busy_[local % nics_].push_back(seconds);
+      busy_[local % nics_].emplace_back(local, seconds);
       --others_[local % nics_];
     }
   }
 
-  double operator()(double t) const {
+  double operator()(double t) const { return capacity(t, -1, 0); }
+
+  // max over x in [0, bytes] of capacity(T) with the port of holder `local` (whose link moves
+  // `dev` per second) busy x / dev seconds longer, plus x, less `bytes`: the most the host sends in
+  // T that crosses a NIC for the first time, less what of `bytes` it does not hand to devices
+  // beside `local` over its link (served(S) of docs/concepts.md#lower-bound). Taken on a grid of
+  // kServedSteps and raised by the most the function can gain between two points (capacity moves
+  // at most (3 own + dev_) bytes a port second), so never below the true maximum; and no more than
+  // capacity(T), which it cannot exceed. Grows with T.
+  double serving(double t, int local, double dev, double bytes) const {
+    const double unserved = capacity(t, -1, 0);
+    const double step = bytes / kServedSteps;
+    double most = -bytes;
+    for (int k = 0; k <= kServedSteps; ++k) {
+      const double x = step * k;
+      most = std::max(most, capacity(t, local, x / dev) + x - bytes);
+    }
+    const double slope = 1 + (3 * own_ + dev_) / dev;
+    return std::min(unserved, most + slope * step / 2);
+  }
+
+  // What the host's NICs carry per second at most (capacity(T) <= this x T).
+  double nics() const { return all_nics_; }
+
+ private:
+  static constexpr int kServedSteps = 128;
+
+  // capacity(T) with holder `local`'s port busy `more` seconds longer.
+  double capacity(double t, int local, double more) const {
     double direct = 0;  // bytes the holders' NICs carry, their holders' ports all theirs
     double staged = 0;  // what NICs without holders can carry, all of it handed over
     double free = 0;    // holders' port seconds their NICs cannot use (full, or shared)
     double port = 0;    // holders' port seconds in all
     for (int n = 0; n < nics_; ++n) {
       double held = 0;  // port seconds of the NIC's holders
-      for (double seconds : busy_[n]) held += std::max(0.0, t - seconds);
+      for (const auto& [holder, seconds] : busy_[n])
+        held += std::max(0.0, t - seconds - (holder == local ? more : 0));
       port += held;
       if (busy_[n].empty()) {
         staged += std::min(nic_, own_ * others_[n]) * t;
@@ -86,30 +116,72 @@ class SendCapacity {
     return direct + handed - own_ * std::max(0.0, handed / dev_ - free);
   }
 
-  // What the host's NICs carry per second at most (capacity(T) <= this x T).
-  double nics() const { return all_nics_; }
-
- private:
   int nics_;
   double nic_, dev_, own_, all_nics_;
-  std::vector<int> others_;                // per NIC: its devices that hold nothing
-  std::vector<std::vector<double>> busy_;  // per NIC: its holders' busy seconds
+  std::vector<int> others_;                                // per NIC: its devices that hold nothing
+  std::vector<std::vector<std::pair<int, double>>> busy_;  // per NIC: holders, busy seconds
+};
+
+// What holder `local` of a host must serve beside it (ServedBeside), with its link's rate.
+struct Served {
+  int local = -1;
+  double dev = 0;
+  double bytes = 0;
+};
+
+// served(S) of docs/concepts.md#lower-bound: the bytes of tasks held on two or more hosts and
+// needed on one of them alone, by a device there that does not hold them, whose only holder on
+// that host is one device; by HS(t), that host (an index of a DenseIndex) and that holder.
+class ServedBeside {
+ public:
+  void add(const std::vector<int>& hs, int host, int local, double dev, double bytes) {
+    auto& [sum, rate] = groups_[{hs, host, local}];
+    sum += bytes;
+    rate = dev;
+  }
+  // Per host index (of `hosts`): the bytes of the groups with HS(t) inside `set` (ascending) and
+  // their holder. A host with two such holders gets none: leaving bytes out keeps a true bound.
+  std::vector<Served> within(const std::vector<int>& set, int hosts) const {
+    std::vector<Served> served(static_cast<size_t>(groups_.empty() ? 0 : hosts));
+    std::vector<bool> mixed(served.size(), false);
+    for (const auto& [key, value] : groups_) {
+      const auto& [hs, host, local] = key;
+      if (!std::includes(set.begin(), set.end(), hs.begin(), hs.end())) continue;
+      Served& at = served[static_cast<size_t>(host)];
+      mixed[static_cast<size_t>(host)] =
+          mixed[static_cast<size_t>(host)] || (at.bytes > 0 && at.local != local);
+      at = {local, value.second, at.bytes + value.first};
+    }
+    for (size_t h = 0; h < served.size(); ++h)
+      if (mixed[h]) served[h] = {};
+    return served;
+  }
+
+ private:
+  std::map<std::tuple<std::vector<int>, int, int>, std::pair<double, double>> groups_;
 };
 
 // The least time in which the hosts of `senders` (indices into `capacity`) together send `bytes`
-// that cross a NIC for the first time: the sum of their capacities is continuous and grows with T,
-// so bisection finds where it reaches `bytes`, and the lower end is returned.
+// that cross a NIC for the first time, each host also serving beside a holder what `served` (by
+// host index; empty: nothing) gives it, or sending that too: the sum of their capacities is
+// continuous and grows with T, so bisection finds where it reaches `bytes`, and the lower end is
+// returned.
 double least_send_time(const std::vector<SendCapacity>& capacity, const std::vector<int>& senders,
-                       double bytes) {
+                       double bytes, const std::vector<Served>& served = {}) {
   if (bytes <= 0) return 0;
   double nics = 0;
   for (int h : senders) nics += capacity[h].nics();
   const auto sent = [&](double t) {
     double sum = 0;
-    for (int h : senders) sum += capacity[h](t);
+    for (int h : senders)
+      if (const Served* s = served.empty() ? nullptr : &served[static_cast<size_t>(h)];
+          s && s->bytes > 0)
+        sum += capacity[h].serving(t, s->local, s->dev, s->bytes);
+      else
+        sum += capacity[h](t);
     return sum;
   };
-  double lo = bytes / nics;  // capacity(T) <= nic(h) T
+  double lo = bytes / nics;  // capacity(T) <= nic(h) T, and serving() <= capacity(T)
   double hi = 2 * lo;
   for (int doubled = 0; sent(hi) < bytes && doubled < 64; ++doubled) hi *= 2;
   for (double mid = lo + (hi - lo) / 2; lo < mid && mid < hi; mid = lo + (hi - lo) / 2)
@@ -117,7 +189,8 @@ double least_send_time(const std::vector<SendCapacity>& capacity, const std::vec
   return lo;
 }
 
-// Σ b over tasks of N and the hosts ∪ HS(t) that can send them (indices of a DenseIndex).
+// Σ b over tasks of N and the hosts ∪ HS(t) that can send them (indices of a DenseIndex), with
+// served(∪ HS(t)).
 class Pooled {
  public:
   explicit Pooled(int hosts) : sender_(hosts, false) {}
@@ -125,17 +198,20 @@ class Pooled {
     bytes_ += bytes;
     for (int h : senders) sender_[h] = true;
   }
+  ServedBeside& served() { return served_; }
   // The least time in which the senders together send the bytes (`capacity`, per host index).
   double bound(const std::vector<SendCapacity>& capacity) const {
     std::vector<int> senders;
     for (size_t h = 0; h < sender_.size(); ++h)
       if (sender_[h]) senders.push_back(static_cast<int>(h));
-    return least_send_time(capacity, senders, bytes_);
+    return least_send_time(capacity, senders, bytes_,
+                           served_.within(senders, static_cast<int>(sender_.size())));
   }
 
  private:
   double bytes_ = 0;
   std::vector<bool> sender_;
+  ServedBeside served_;
 };
 
 // Adds `bytes` to local(d) (docs/concepts.md#lower-bound) of each sender d of `t` that is the only
@@ -180,6 +256,7 @@ class HeldInside {
     if (hs.size() < 2) return;  // only(h) covers one host
     groups_[{hs, hr}] += bytes;
   }
+  ServedBeside& served() { return served_; }
   double bound(const std::vector<SendCapacity>& capacity) const {
     std::set<std::vector<int>> sets;
     for (const auto& [key, bytes] : groups_) sets.insert(key.first);
@@ -193,13 +270,15 @@ class HeldInside {
         if (std::includes(set.begin(), set.end(), key.first.begin(), key.first.end()) &&
             !std::includes(set.begin(), set.end(), key.second.begin(), key.second.end()))
           bytes += b;
-      most = std::max(most, least_send_time(capacity, set, bytes));
+      most = std::max(
+          most, least_send_time(capacity, set, bytes, served_.within(set, std::ssize(capacity))));
     }
     return most;
   }
 
  private:
   std::map<std::pair<std::vector<int>, std::vector<int>>, double> groups_;
+  ServedBeside served_;
 };
 
 // dev_held(S) of docs/concepts.md#lower-bound for each distinct set S of two or more devices that
@@ -416,6 +495,21 @@ LowerBound explain_lower_bound(const Batch& batch,
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
         batch_pooled.add(b, hs);
         tensor_pooled.add(b, hs);
+      } else if (hs.size() >= 2 && hr.size() == 1) {  // served(S), where one device holds it there
+        const auto on_host = [&](DeviceId d) {
+          return hosts.index_of(cluster.host_of(d)) == hr[0];
+        };
+        const auto holder = std::find_if(t.senders.begin(), t.senders.end(), on_host);
+        if (std::count_if(t.senders.begin(), t.senders.end(), on_host) == 1 &&
+            std::any_of(t.receivers.begin(), t.receivers.end(), [&](DeviceId r) {
+              return std::find(t.senders.begin(), t.senders.end(), r) == t.senders.end();
+            })) {
+          const int local = cluster.local_of(*holder);
+          const double rate = dev[devices.index_of(*holder)];
+          batch_pooled.served().add(hs, hr[0], local, rate, b);
+          tensor_pooled.served().add(hs, hr[0], local, rate, b);
+          if (hold_sets) held.served().add(hs, hr[0], local, rate, b);
+        }
       }
       int taking = 0;  // receivers that do not hold t
       needing.clear();
