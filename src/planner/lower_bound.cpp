@@ -47,19 +47,25 @@ bool alone_on_its_nic(const Cluster& cluster, DeviceId d) {
 // with T.
 class SendCapacity {
  public:
-  SendCapacity(const Cluster& cluster, int host, const std::map<int, double>& holders)
+  // `busy_stages`: devices that hold none of the bytes counted, by local index, with the seconds of
+  // their send ports that bytes only they hold and only devices beside them need take.
+  SendCapacity(const Cluster& cluster, int host, const std::map<int, double>& holders,
+               const std::map<int, double>& busy_stages = {})
       : nics_(std::min(cluster.nics_of(host), cluster.devices_per_host)),
         nic_(cluster.single_nic_bandwidth_of(host)),
         dev_(cluster.device_bandwidth_of(cluster.device_id(host, 0))),
         own_(std::min(nic_, dev_)),
         all_nics_(cluster.nic_bandwidth_of(host)),
         others_(static_cast<size_t>(nics_)),
-        busy_(static_cast<size_t>(nics_)) {
+        busy_(static_cast<size_t>(nics_)),
+        stages_busy_(static_cast<size_t>(nics_)) {
     for (int n = 0; n < nics_; ++n) others_[n] = cluster.devices_on_nic(host, n);
     for (const auto& [local, seconds] : holders) {
       busy_[local % nics_].emplace_back(local, seconds);
       --others_[local % nics_];
     }
+    for (const auto& [local, seconds] : busy_stages)
+      if (!holders.contains(local)) stages_busy_[local % nics_].push_back(seconds);
   }
 
   double operator()(double t) const { return capacity(t, -1, 0); }
@@ -100,13 +106,15 @@ class SendCapacity {
       for (const auto& [holder, seconds] : busy_[n])
         held += std::max(0.0, t - seconds - (holder == local ? more : 0));
       port += held;
+      double stage = others_[n] * t;  // port seconds of the NIC's other devices
+      for (double seconds : stages_busy_[n]) stage -= std::min(t, seconds);
       if (busy_[n].empty()) {
-        staged += std::min(nic_, own_ * others_[n]) * t;
+        staged += std::min(nic_ * t, own_ * stage);
       } else if (others_[n] == 0) {
         direct += std::min(nic_ * t, own_ * held);
         free += std::max(0.0, held - nic_ * t / own_);
       } else {  // a NIC shared with devices that hold nothing: their hand-overs are not charged
-        direct += std::min(nic_ * t, own_ * (held + others_[n] * t));
+        direct += std::min(nic_ * t, own_ * (held + stage));
         free += held;
       }
     }
@@ -120,6 +128,7 @@ class SendCapacity {
   double nic_, dev_, own_, all_nics_;
   std::vector<int> others_;                                // per NIC: its devices that hold nothing
   std::vector<std::vector<std::pair<int, double>>> busy_;  // per NIC: holders, busy seconds
+  std::vector<std::vector<double>> stages_busy_;           // per NIC: others' busy seconds
 };
 
 // What holder `local` of a host must serve beside it (ServedBeside), with its link's rate.
@@ -413,6 +422,7 @@ LowerBound explain_lower_bound(const Batch& batch,
   std::vector<double> holders_out(hosts.size(), 0);  // Σ dev(d) over the devices of holders(h)
   std::vector<bool> holder_counted(static_cast<size_t>(devices.size()), false);  // in holders_out
   std::vector<double> only(hosts.size(), 0);                                     // only(h)
+  std::vector<bool> holds_only(static_cast<size_t>(devices.size()), false);      // holds of only(h)
   // Receipts on each host by the receiver's rail (receipts(h, n) of docs/concepts.md): of slices
   // only that host holds and only it needs (stay), and of all others; how many devices take a
   // slice of stay at most.
@@ -490,7 +500,10 @@ LowerBound explain_lower_bound(const Batch& batch,
         }
       // Held and needed on one host alone (HS(t) = HR(t) = {h}).
       const bool stays = hs.size() == 1 && hr.size() == 1 && hr[0] == hs[0];
-      if (hs.size() == 1 && !stays) only[hs[0]] += b;
+      if (hs.size() == 1 && !stays) {
+        only[hs[0]] += b;
+        for (DeviceId d : t.senders) holds_only[devices.index_of(d)] = true;
+      }
       if (hold_sets) held.add(b, hs, hr);
       if (!std::includes(hs.begin(), hs.end(), hr.begin(), hr.end())) {  // t is in N
         batch_pooled.add(b, hs);
@@ -582,6 +595,17 @@ LowerBound explain_lower_bound(const Batch& batch,
   capacity.reserve(static_cast<size_t>(hosts.size()));
   for (int h = 0; h < hosts.size(); ++h)
     capacity.emplace_back(cluster, static_cast<int>(hosts.id_at(h)), busy[h]);
+  // For out(h), the holders of only(h)'s bytes alone; the host's other holders are stages for those
+  // bytes, whose ports serve their own neighbours too.
+  const auto only_capacity = [&](int h) {
+    std::map<int, double> holders;
+    std::map<int, double> stages;
+    for (const auto& [local, seconds] : busy[h])
+      (holds_only[devices.index_of(cluster.device_id(static_cast<int>(hosts.id_at(h)), local))]
+           ? holders
+           : stages)[local] = seconds;
+    return std::vector{SendCapacity(cluster, static_cast<int>(hosts.id_at(h)), holders, stages)};
+  };
   // Each term in the order of BoundTerm, so that of equal terms the first is named; equal but for
   // rounding too (a bisection's lower end against a closed form), while the bound is the largest.
   LowerBound bound;
@@ -603,7 +627,10 @@ LowerBound explain_lower_bound(const Batch& batch,
                  (holders_out[h] + cluster.nic_bandwidth_of(static_cast<int>(host_id(h)))),
              BoundTerm::beside, host_id(h));
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0) consider(least_send_time(capacity, {h}, only[h]), BoundTerm::out, host_id(h));
+    if (only[h] > 0)
+      consider(std::max(least_send_time(capacity, {h}, only[h]),
+                        least_send_time(only_capacity(h), {0}, only[h])),
+               BoundTerm::out, host_id(h));
   for (int h = 0; h < hosts.size(); ++h)
     if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty())
       consider(ports_time(cluster, static_cast<int>(host_id(h)), only[h], receipts[h], stay[h],
