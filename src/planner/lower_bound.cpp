@@ -148,6 +148,7 @@ class ServedBeside {
     sum += bytes;
     rate = dev;
   }
+  size_t size() const { return groups_.size(); }
   // Per host index (of `hosts`): the bytes of the groups with HS(t) inside `set` (ascending) and
   // their holder. A host with two such holders gets none: leaving bytes out keeps a true bound.
   std::vector<Served> within(const std::vector<int>& set, int hosts) const {
@@ -273,7 +274,7 @@ class HeldInside {
     int64_t checks = 0;
     for (const std::vector<int>& set : sets) {
       if (checks > kMostChecks) break;
-      checks += static_cast<int64_t>(groups_.size());
+      checks += static_cast<int64_t>(groups_.size() + served_.size());
       double bytes = 0;
       for (const auto& [key, b] : groups_)
         if (std::includes(set.begin(), set.end(), key.first.begin(), key.first.end()) &&
