@@ -530,6 +530,24 @@ TEST(LowerBoundTest, ADeviceServingItsHostLeavesItsNicPartOfTheTime) {
   EXPECT_EQ(term_of(one), std::pair(BoundTerm::in, int64_t{1}));
 }
 
+TEST(LowerBoundTest, TheDeviceBesideAHolderPassesOnWhatItsNicTakesIn) {
+  // Device 0 of host 0 holds 32 B that device 2 of host 1 needs, and device 2 holds 32 B that
+  // device 0 needs; two NICs per host (1 B/s each, device l on NIC l), 4 B/s links. Device 1, the
+  // only device on host 0's NIC 1, sends over it what device 0 hands it; and what host 0 takes in
+  // lands on device 0 over NIC 0, at most T B in T s, or on device 1, which passes it on over its
+  // link, a quarter of a port second a byte. With x B over NIC 0: x + (32 - x) / 4 <= T and
+  // 32 - x + (32 - T) / 4 <= T, so T >= 152 / 7.75 = 608/31 s (19.6), where device 1's port
+  // counted free gave 32 / 1.75 = 128/7 s (18.3; forwarded(h) in out(h) of
+  // docs/concepts.md#lower-bound).
+  auto p = problem_of({16}, Mesh({2}, {0, 2}), "S0", Mesh({2}, {2, 0}), "S0", 2, 2);
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  p.cluster.nics_per_host = 2;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 608.0 / 31 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::out, int64_t{0}));
+  EXPECT_GE(simulate(make_plan(p)).time_s, 608.0 / 31);
+}
+
 TEST(LowerBoundTest, ADeviceAloneOnItsNicServesItsHostOverItsPortOrTheOtherNics) {
   // Devices 0 (host 0) and 4 (host 1) hold a 60 B tensor; devices 5, 6 and 7 beside device 4 need
   // 20 B each. Four NICs per host (1 B/s each, device l on NIC l), 4 B/s links. Device 4 sends

@@ -37,6 +37,15 @@ bool alone_on_its_nic(const Cluster& cluster, DeviceId d) {
   return cluster.local_of(d) % nics + nics >= cluster.devices_per_host;
 }
 
+// A device of a host that every byte the host takes in over its NICs lands on, unless it lands on
+// a device that needs it (forwarded(h) of docs/concepts.md#lower-bound): the others' NICs take in
+// at most `rate` per second, so in time T it passes on at least bytes - rate x T of them.
+struct Forwarder {
+  int local = -1;
+  double bytes = 0;
+  double rate = 0;
+};
+
 // capacity(T) of docs/concepts.md#lower-bound (which has the proof): the most bytes host `host`
 // can send over its NICs in time T that cross a NIC for the first time, each having reached its
 // NIC from a holder of the host over device links only. `holders` are the host's devices that hold
@@ -49,8 +58,10 @@ class SendCapacity {
  public:
   // `busy_stages`: devices that hold none of the bytes counted, by local index, with the seconds of
   // their send ports that bytes only they hold and only devices beside them need take.
+  // `forwarder`: a device (local index) that in time T also passes on max(0, bytes - rate x T) of
+  // what its host takes in, over its link (Forwarder).
   SendCapacity(const Cluster& cluster, int host, const std::map<int, double>& holders,
-               const std::map<int, double>& busy_stages = {})
+               const std::map<int, double>& busy_stages = {}, const Forwarder& forwarder = {})
       : nics_(std::min(cluster.nics_of(host), cluster.devices_per_host)),
         nic_(cluster.single_nic_bandwidth_of(host)),
         dev_(cluster.device_bandwidth_of(cluster.device_id(host, 0))),
@@ -58,14 +69,18 @@ class SendCapacity {
         all_nics_(cluster.nic_bandwidth_of(host)),
         others_(static_cast<size_t>(nics_)),
         busy_(static_cast<size_t>(nics_)),
-        stages_busy_(static_cast<size_t>(nics_)) {
+        stages_busy_(static_cast<size_t>(nics_)),
+        forwarder_(forwarder) {
     for (int n = 0; n < nics_; ++n) others_[n] = cluster.devices_on_nic(host, n);
     for (const auto& [local, seconds] : holders) {
       busy_[local % nics_].emplace_back(local, seconds);
       --others_[local % nics_];
     }
     for (const auto& [local, seconds] : busy_stages)
-      if (!holders.contains(local)) stages_busy_[local % nics_].push_back(seconds);
+      if (!holders.contains(local)) stages_busy_[local % nics_].emplace_back(local, seconds);
+    if (forwarder_.local >= 0 && !holders.contains(forwarder_.local) &&
+        !busy_stages.contains(forwarder_.local))
+      stages_busy_[forwarder_.local % nics_].emplace_back(forwarder_.local, 0);
   }
 
   double operator()(double t) const { return capacity(t, -1, 0); }
@@ -97,6 +112,10 @@ class SendCapacity {
 
   // capacity(T) with holder `local`'s port busy `more` seconds longer.
   double capacity(double t, int local, double more) const {
+    const double forwarding = std::max(0.0, forwarder_.bytes - forwarder_.rate * t) / dev_;
+    const auto busy = [&](int device, double seconds) {
+      return seconds + (device == local ? more : 0) + (device == forwarder_.local ? forwarding : 0);
+    };
     double direct = 0;  // bytes the holders' NICs carry, their holders' ports all theirs
     double staged = 0;  // what NICs without holders can carry, all of it handed over
     double free = 0;    // holders' port seconds their NICs cannot use (full, or shared)
@@ -104,10 +123,11 @@ class SendCapacity {
     for (int n = 0; n < nics_; ++n) {
       double held = 0;  // port seconds of the NIC's holders
       for (const auto& [holder, seconds] : busy_[n])
-        held += std::max(0.0, t - seconds - (holder == local ? more : 0));
+        held += std::max(0.0, t - busy(holder, seconds));
       port += held;
       double stage = others_[n] * t;  // port seconds of the NIC's other devices
-      for (double seconds : stages_busy_[n]) stage -= std::min(t, seconds);
+      for (const auto& [device, seconds] : stages_busy_[n])
+        stage -= std::min(t, busy(device, seconds));
       if (busy_[n].empty()) {
         staged += std::min(nic_ * t, own_ * stage);
       } else if (others_[n] == 0) {
@@ -128,7 +148,8 @@ class SendCapacity {
   double nic_, dev_, own_, all_nics_;
   std::vector<int> others_;                                // per NIC: its devices that hold nothing
   std::vector<std::vector<std::pair<int, double>>> busy_;  // per NIC: holders, busy seconds
-  std::vector<std::vector<double>> stages_busy_;           // per NIC: others' busy seconds
+  std::vector<std::vector<std::pair<int, double>>> stages_busy_;  // per NIC: others, busy seconds
+  Forwarder forwarder_;
 };
 
 // What holder `local` of a host must serve beside it (ServedBeside), with its link's rate.
@@ -424,6 +445,8 @@ LowerBound explain_lower_bound(const Batch& batch,
   std::vector<bool> holder_counted(static_cast<size_t>(devices.size()), false);  // in holders_out
   std::vector<double> only(hosts.size(), 0);                                     // only(h)
   std::vector<bool> holds_only(static_cast<size_t>(devices.size()), false);      // holds of only(h)
+  std::vector<int> in_tasks(hosts.size(), 0);                                    // tasks of in(h)
+  std::vector<int> in_taken(devices.size(), 0);  // of those, what each device receives
   // Receipts on each host by the receiver's rail (receipts(h, n) of docs/concepts.md): of slices
   // only that host holds and only it needs (stay), and of all others; how many devices take a
   // slice of stay at most.
@@ -497,6 +520,7 @@ LowerBound explain_lower_bound(const Batch& batch,
       for (int h : hr)
         if (!sends(h)) {
           in[h] += b;
+          ++in_tasks[h];
           ++entries;
         }
       // Held and needed on one host alone (HS(t) = HR(t) = {h}).
@@ -532,6 +556,7 @@ LowerBound explain_lower_bound(const Batch& batch,
           ++taking;
           const int h = hosts.index_of(cluster.host_of(d));
           dev_in[devices.index_of(d)] += b;
+          if (!sends(h)) ++in_taken[devices.index_of(d)];
           on_rail(stays ? stay : receipts, h, d) += b;
           if (sends(h)) needing.push_back(h);
         } else {
@@ -596,8 +621,28 @@ LowerBound explain_lower_bound(const Batch& batch,
   capacity.reserve(static_cast<size_t>(hosts.size()));
   for (int h = 0; h < hosts.size(); ++h)
     capacity.emplace_back(cluster, static_cast<int>(hosts.id_at(h)), busy[h]);
+  // forwarded(h): where every device of host h but one receives every task of in(h), what enters
+  // by the NICs and does not land on a device that needs it lands on that one, which passes it on.
+  const auto forwarder_of = [&](int h) {
+    const auto host = static_cast<int>(hosts.id_at(h));
+    if (in[h] <= 0) return Forwarder{};
+    std::vector<int> short_of;  // devices that do not receive every task of in(h), by local index
+    for (int l = 0; l < cluster.devices_per_host; ++l)
+      if (const DeviceId d = cluster.device_id(host, l);
+          !devices.contains(d) || in_taken[devices.index_of(d)] < in_tasks[h])
+        short_of.push_back(l);
+    if (short_of.size() != 1) return Forwarder{};
+    const int nic = cluster.nic_of(cluster.device_id(host, short_of[0]));
+    double rate = 0;  // what the NICs take in at most, landing on the other devices
+    for (int n = 0; n < cluster.nics_of(host); ++n)
+      rate += std::min(cluster.single_nic_bandwidth_of(host),
+                       cluster.device_bandwidth_of(cluster.device_id(host, 0)) *
+                           (cluster.devices_on_nic(host, n) - (n == nic ? 1 : 0)));
+    return Forwarder{short_of[0], in[h], rate};
+  };
   // For out(h), the holders of only(h)'s bytes alone; the host's other holders are stages for those
-  // bytes, whose ports serve their own neighbours too.
+  // bytes, whose ports serve their own neighbours too; and the device that forwards what the host
+  // takes in, where one must.
   const auto only_capacity = [&](int h) {
     std::map<int, double> holders;
     std::map<int, double> stages;
@@ -605,7 +650,8 @@ LowerBound explain_lower_bound(const Batch& batch,
       (holds_only[devices.index_of(cluster.device_id(static_cast<int>(hosts.id_at(h)), local))]
            ? holders
            : stages)[local] = seconds;
-    return std::vector{SendCapacity(cluster, static_cast<int>(hosts.id_at(h)), holders, stages)};
+    return std::vector{
+        SendCapacity(cluster, static_cast<int>(hosts.id_at(h)), holders, stages, forwarder_of(h))};
   };
   // Each term in the order of BoundTerm, so that of equal terms the first is named; equal but for
   // rounding too (a bisection's lower end against a closed form), while the bound is the largest.
