@@ -834,7 +834,8 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
-  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays] = options;
+  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays, tapered] =
+      options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -894,11 +895,22 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
             devices.insert(h.rails.begin(), h.rails.end());
     }
     std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
-    for (int round = 0; round < n; ++round) {
+    // Round `round`'s part of `slice`: the n rounds' parts, the last one in halves where tapered
+    // (and each half has an element of every slice).
+    const bool halved_last =
+        tapered && n >= 2 &&
+        std::all_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
+          return !allgather_part(allgather_part(t.slice, n, n - 1), 2, 1).empty();
+        });
+    const auto part_of = [&](const Box& slice, int round) {
+      if (!halved_last || round < n - 1) return allgather_part(slice, n, round);
+      return allgather_part(allgather_part(slice, n, n - 1), 2, round - (n - 1));
+    };
+    for (int round = 0; round < n + (halved_last ? 1 : 0); ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
       for (const Transfer& t : job.transfers) {
         Transfer whole = t;
-        whole.slice = allgather_part(t.slice, n, round);
+        whole.slice = part_of(t.slice, round);
         whole.bytes = whole.slice.volume() * element;
         const auto hosts = rail_hosts(t, cluster, per_receiver, relays,
                                       [&](int host) { return jobs_into[host] + round; });

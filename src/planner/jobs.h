@@ -105,6 +105,9 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // with no receiver with each other: a device that relays a chain sends one op at a time, so the
 // one device of a NIC that relays every round of a chain through several hosts has no time left
 // to hand its parts to the host's receivers.
+// With `tapered`, the last round is cut in two rounds of half its size: the rails' last pieces
+// end a chain later than the NICs that sent them, each host forwarding them to the next and
+// handing them to its receivers only once it has them whole.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
@@ -113,6 +116,7 @@ struct RailOptions {
   bool ports = false;
   bool only_stages = false;
   bool relays = false;
+  bool tapered = false;
 };
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options);
