@@ -95,8 +95,8 @@ class SendCapacity {
   double serving(double t, int local, double dev, double bytes) const {
     const double unserved = capacity(t, -1, 0);
     const double step = bytes / kServedSteps;
-    double most = -bytes;
-    for (int k = 0; k <= kServedSteps; ++k) {
+    double most = unserved - bytes;  // x = 0
+    for (int k = 1; k <= kServedSteps; ++k) {
       const double x = step * k;
       most = std::max(most, capacity(t, local, x / dev) + x - bytes);
     }
