@@ -1824,6 +1824,23 @@ TEST(PlannerTest, RailsTurnTheirRelaysRoundByRound) {
   EXPECT_LE(order_ratio(p, true), 1.085);
 }
 
+// Host 0's eight devices each hold all of a float16 tensor of 512 MiB that the first three devices
+// of hosts 1-4 need (eight devices and eight NICs per host; random suite seed 1805 r17). Turned by
+// two hosts a round, the chains through four hosts ended only at hosts 2 and 4, and in host order
+// always at host 4: the ports of the hosts that relayed every round carried 80 ms of sends, the
+// last host's 17-34 ms (1.722x). Turned one place more every two rounds, each host is the last in
+// one round of four (1.581x; detail::rail_steps, RailRelays::turned).
+TEST(PlannerTest, RailsTurnedThroughAnEvenNumberOfHostsEndAtEachOfThem) {
+  std::vector<DeviceId> receivers;
+  for (int h = 1; h <= 4; ++h)
+    for (int l = 0; l < 3; ++l) receivers.push_back(8 * h + l);
+  Resharding p =
+      problem_of({268435461}, Mesh({8}, first_devices(8)), "R", Mesh({4, 3}, receivers), "R", 5, 8);
+  p.tensor.dtype = DType::float16;
+  p.cluster.nics_per_host = 8;
+  EXPECT_LE(order_ratio(p, false), 1.6);
+}
+
 // Device 0 holds an int64 tensor of 512 MiB that the first device of each of hosts 0-5 needs (four
 // devices and two NICs per host; random suite seed 1705 r1, split). The rail of NIC 1 enters each
 // host at its device 1, which relayed every round over NIC 1 and also sent each on to the host's

@@ -5,6 +5,7 @@
 // slower plan; here it fails.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -122,38 +123,53 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   EXPECT_GT(rails, 100);
 }
 
-// Device 0 holds a slice that one device on each of hosts 1, 2 and 3 needs (one NIC per host).
+// Device 0 holds a slice that one device on each of hosts 1 to n needs (one NIC per host).
 // Turned, each round's chain through those hosts is turned by two: hop i of round q enters host
-// 1 + (i + 2q) mod 3. So each host is the last of a chain (relays nothing) in one round of three,
-// and the rounds that follow one another down their chains (round q - i at hop i) enter three
-// different hosts at once. In host order host 3 is last in every round.
+// 1 + (i + 2q) mod n. With n = 3, each host is the last of a chain (relays nothing) in one round of
+// three, and the rounds that follow one another down their chains (round q - i at hop i) enter
+// three different hosts at once. With n = 4, two places a round would reach only hosts 2 and 4 as
+// the last, so every two rounds the turn moves one place more: each host is the last in two rounds
+// of eight. In host order host n is last in every round.
 TEST(PlayedPropertyTest, TurnedRailsTakeTurnsAtTheEndOfTheChain) {
-  Resharding p;
-  p.tensor = TensorSpec{{4096, 1024}, DType::float32};
-  p.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
-  p.dst = Layout{Mesh({3}, {1, 2, 3}), ShardingSpec::parse("RR")};
-  p.cluster = paper_cluster(4);
-  p.cluster.devices_per_host = 1;
-  const Batch batch = Batch::of_one(p);
-  const std::vector<detail::Job> jobs =
-      detail::make_jobs(batch, decompose(batch), Strategy::broadcast);
-  for (detail::RailRelays relays : {detail::RailRelays::by_host, detail::RailRelays::turned}) {
-    const auto steps = detail::rail_steps(batch, jobs, 6, 0, {.relays = relays});
-    ASSERT_TRUE(steps.has_value());
-    validate_played(batch, *steps, jobs);
-    // Each round's chain: the hosts it enters, in order (its steps from device 0 start a round).
-    std::vector<std::vector<int>> chains;
-    for (const detail::PlayStep& step : *steps) {
-      if (step.from == 0) chains.emplace_back();
-      ASSERT_FALSE(chains.empty());
-      chains.back().push_back(step.to);
-    }
-    ASSERT_EQ(chains.size(), 6u);
-    for (int q = 0; q < 6; ++q) {
-      SCOPED_TRACE(::testing::Message() << "relays " << static_cast<int>(relays) << " round " << q);
-      ASSERT_EQ(chains[q].size(), 3u);
-      for (int i = 0; i < 3; ++i)
-        EXPECT_EQ(chains[q][i], relays == detail::RailRelays::turned ? 1 + (i + 2 * q) % 3 : 1 + i);
+  for (int n : {3, 4}) {
+    Resharding p;
+    p.tensor = TensorSpec{{4096, 1024}, DType::float32};
+    p.src = Layout{Mesh({1}, {0}), ShardingSpec::parse("RR")};
+    std::vector<DeviceId> receivers(static_cast<size_t>(n));
+    std::iota(receivers.begin(), receivers.end(), 1);
+    p.dst = Layout{Mesh({n}, receivers), ShardingSpec::parse("RR")};
+    p.cluster = paper_cluster(n + 1);
+    p.cluster.devices_per_host = 1;
+    const Batch batch = Batch::of_one(p);
+    const std::vector<detail::Job> jobs =
+        detail::make_jobs(batch, decompose(batch), Strategy::broadcast);
+    const int rounds = 2 * n;
+    for (detail::RailRelays relays : {detail::RailRelays::by_host, detail::RailRelays::turned}) {
+      const auto steps = detail::rail_steps(batch, jobs, rounds, 0, {.relays = relays});
+      ASSERT_TRUE(steps.has_value());
+      validate_played(batch, *steps, jobs);
+      // Each round's chain: the hosts it enters, in order (its steps from device 0 start a round).
+      std::vector<std::vector<int>> chains;
+      for (const detail::PlayStep& step : *steps) {
+        if (step.from == 0) chains.emplace_back();
+        ASSERT_FALSE(chains.empty());
+        chains.back().push_back(step.to);
+      }
+      ASSERT_EQ(chains.size(), static_cast<size_t>(rounds));
+      std::vector<int> last(static_cast<size_t>(n + 1), 0);  // rounds each host ends
+      for (int q = 0; q < rounds; ++q) {
+        SCOPED_TRACE(::testing::Message()
+                     << n << " hosts, relays " << static_cast<int>(relays) << ", round " << q);
+        ASSERT_EQ(chains[q].size(), static_cast<size_t>(n));
+        const int turn = 2 * q + (n % 2 == 0 ? 2 * q / n : 0);
+        for (int i = 0; i < n; ++i)
+          EXPECT_EQ(chains[q][i],
+                    relays == detail::RailRelays::turned ? 1 + (i + turn) % n : 1 + i);
+        ++last[static_cast<size_t>(chains[q].back())];
+      }
+      for (int h = 1; h <= n; ++h)
+        EXPECT_EQ(last[h], relays == detail::RailRelays::turned ? 2 : (h == n ? rounds : 0))
+            << n << " hosts, host " << h;
     }
   }
 }

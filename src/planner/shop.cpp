@@ -1384,11 +1384,17 @@ class RailLayer {
       // takes hop 0, and these enter order[(2q - i) mod n], a different host for each i: each host
       // takes in one round at a time on a rail. Turned by one place, they all entered one host at
       // once. With n odd, each host is also the last of a chain (which relays nothing) in one
-      // round of n.
-      if (rules.relays == RailRelays::turned && !order.empty())
-        std::rotate(order.begin(),
-                    order.begin() + 2 * (j / used_nics(c_, from_host)) % std::ssize(order),
-                    order.end());
+      // round of n. With n even, two places a round reach only every other host (with two hosts,
+      // the same one every round), so every n / 2 rounds the turn moves one place more: each host
+      // is then the last in one round of n too (random suite seed 1805 r17 with eight NICs, four
+      // receiving hosts: 1.722x -> 1.581x, the hosts that always relayed had 80 ms of sends on
+      // their ports and the last one 17-34 ms).
+      if (rules.relays == RailRelays::turned && !order.empty()) {
+        const auto n = static_cast<int>(order.size());
+        const int round = j / used_nics(c_, from_host);
+        const int turn = 2 * round + (n % 2 == 0 ? 2 * round / n : 0);
+        std::rotate(order.begin(), order.begin() + turn % n, order.end());
+      }
       for (int k = 0; k < used_nics(c_, from_host); ++k) {
         if (pick == RailPick::cyclic && !best.empty()) break;
         const int rail = (j + k) % used_nics(c_, from_host);
