@@ -99,7 +99,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                 detail::RailSpread::returning})
             for (detail::RailRelays relays :
                  {detail::RailRelays::by_host, detail::RailRelays::least_sent_first,
-                  detail::RailRelays::turned}) {
+                  detail::RailRelays::turned, detail::RailRelays::turned_through_all}) {
               const auto steps = detail::rail_steps(batch, jobs, 8, 0,
                                                     {.pick = pick, .how = how, .relays = relays});
               if (!steps) continue;
@@ -127,9 +127,9 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
 // Turned, each round's chain through those hosts is turned by two: hop i of round q enters host
 // 1 + (i + 2q) mod n. With n = 3, each host is the last of a chain (relays nothing) in one round of
 // three, and the rounds that follow one another down their chains (round q - i at hop i) enter
-// three different hosts at once. With n = 4, two places a round would reach only hosts 2 and 4 as
-// the last, so every two rounds the turn moves one place more: each host is the last in two rounds
-// of eight. In host order host n is last in every round.
+// three different hosts at once. With n = 4, two places a round reach only hosts 2 and 4 as the
+// last; turned through all, every two rounds the turn moves one place more, and each host is the
+// last in two rounds of eight (with n = 3, as turned). In host order host n is last in every round.
 TEST(PlayedPropertyTest, TurnedRailsTakeTurnsAtTheEndOfTheChain) {
   for (int n : {3, 4}) {
     Resharding p;
@@ -144,7 +144,8 @@ TEST(PlayedPropertyTest, TurnedRailsTakeTurnsAtTheEndOfTheChain) {
     const std::vector<detail::Job> jobs =
         detail::make_jobs(batch, decompose(batch), Strategy::broadcast);
     const int rounds = 2 * n;
-    for (detail::RailRelays relays : {detail::RailRelays::by_host, detail::RailRelays::turned}) {
+    for (detail::RailRelays relays : {detail::RailRelays::by_host, detail::RailRelays::turned,
+                                      detail::RailRelays::turned_through_all}) {
       const auto steps = detail::rail_steps(batch, jobs, rounds, 0, {.relays = relays});
       ASSERT_TRUE(steps.has_value());
       validate_played(batch, *steps, jobs);
@@ -161,15 +162,21 @@ TEST(PlayedPropertyTest, TurnedRailsTakeTurnsAtTheEndOfTheChain) {
         SCOPED_TRACE(::testing::Message()
                      << n << " hosts, relays " << static_cast<int>(relays) << ", round " << q);
         ASSERT_EQ(chains[q].size(), static_cast<size_t>(n));
-        const int turn = 2 * q + (n % 2 == 0 ? 2 * q / n : 0);
-        for (int i = 0; i < n; ++i)
-          EXPECT_EQ(chains[q][i],
-                    relays == detail::RailRelays::turned ? 1 + (i + turn) % n : 1 + i);
+        int turn = 0;
+        if (relays != detail::RailRelays::by_host) turn = 2 * q;
+        if (relays == detail::RailRelays::turned_through_all && n % 2 == 0) turn += 2 * q / n;
+        for (int i = 0; i < n; ++i) EXPECT_EQ(chains[q][i], 1 + (i + turn) % n);
         ++last[static_cast<size_t>(chains[q].back())];
       }
-      for (int h = 1; h <= n; ++h)
-        EXPECT_EQ(last[h], relays == detail::RailRelays::turned ? 2 : (h == n ? rounds : 0))
-            << n << " hosts, host " << h;
+      // The rounds each host is the last in.
+      std::vector<int> expected(static_cast<size_t>(n + 1), 0);
+      if (relays == detail::RailRelays::by_host)
+        expected[n] = rounds;
+      else if (relays == detail::RailRelays::turned && n == 4)
+        expected = {0, 0, 4, 0, 4};
+      else
+        std::fill(expected.begin() + 1, expected.end(), 2);
+      EXPECT_EQ(last, expected) << n << " hosts, relays " << static_cast<int>(relays);
     }
   }
 }

@@ -769,14 +769,20 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         // everywhere: played instead, 12 cases better and 15 worse with four NICs), and turned by
         // two hosts a round (in one order every round, each host but the last relayed every piece,
         // its ports sending it on and handing it to the receivers beside it; turned by one, the
-        // rounds that follow one another down their chains all entered one host at once).
+        // rounds that follow one another down their chains all entered one host at once), and
+        // turned through all the hosts where they are even in number (else the same steps as
+        // turned, played once).
         std::vector<detail::RailRules> fastest_lays = {fastest_rails->second};
         for (detail::RailRelays relays :
-             {detail::RailRelays::least_sent_first, detail::RailRelays::turned})
-          if (const detail::RailRules other_order = {fastest_rails->second.pick,
-                                                     fastest_rails->second.how, relays};
-              !near() && try_rails(kShopRounds, other_order) < fastest_rails->first)
+             {detail::RailRelays::least_sent_first, detail::RailRelays::turned,
+              detail::RailRelays::turned_through_all}) {
+          const detail::RailRules other_order = {fastest_rails->second.pick,
+                                                 fastest_rails->second.how, relays};
+          const size_t before = played.size();
+          if (!near() && try_rails(kShopRounds, other_order) < fastest_rails->first &&
+              played.size() > before)
             fastest_lays.push_back(other_order);
+        }
         // And levelled: of chains that leave the busiest port or NIC about as busy, the one that
         // loads the less busy ones (where the busiest was one that every chain used, the first
         // chain tried took the piece, and the others' ports and NICs ended unevenly loaded). Where
