@@ -168,8 +168,8 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // another relayed none), or with `RailRelays::turned` turned by two hosts per round of pieces
 // (one piece per rail; so that each host relays only some of a rail's rounds, and the rounds that
 // follow one another down their chains enter different hosts at once), or with
-// `RailRelays::turned_through_all` so and by one place more every n / 2 rounds where the n
-// receiving hosts are even in number, so that each of them is the last in some rounds.
+// `RailRelays::turned_through_all` turned so too, and one place more every n / 2 rounds where the
+// n receiving hosts are even in number, so that each of them is the last in some rounds.
 // With `RailLevel::levelled`, of the chains whose busiest port or receiving NIC ends within 2% of
 // the least busy, the one that adds least to the sum of the squares of the seconds its ports and
 // NICs carry: the one that loads the less busy of them.
