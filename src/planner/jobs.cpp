@@ -897,14 +897,16 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
     // Round `round`'s part of `slice`: the n rounds' parts, the last one in halves where tapered
     // (and each half has an element of every slice).
+    const auto half_of_last = [&](const Box& slice, int half) {
+      return allgather_part(allgather_part(slice, n, n - 1), 2, half);
+    };
     const bool halved_last =
         tapered && n >= 2 &&
-        std::all_of(job.transfers.begin(), job.transfers.end(), [&](const Transfer& t) {
-          return !allgather_part(allgather_part(t.slice, n, n - 1), 2, 1).empty();
-        });
+        std::all_of(job.transfers.begin(), job.transfers.end(),
+                    [&](const Transfer& t) { return !half_of_last(t.slice, 1).empty(); });
     const auto part_of = [&](const Box& slice, int round) {
       if (!halved_last || round < n - 1) return allgather_part(slice, n, round);
-      return allgather_part(allgather_part(slice, n, n - 1), 2, round - (n - 1));
+      return half_of_last(slice, round - (n - 1));
     };
     for (int round = 0; round < n + (halved_last ? 1 : 0); ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
