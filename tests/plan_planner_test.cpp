@@ -1995,6 +1995,20 @@ TEST(PlannerTest, ReceiversBesideTheHolderRelayItsPieces) {
   EXPECT_LE(order_ratio(p, true), 1.45);
 }
 
+// Devices 0-2 each hold a third of the rows of a float32 tensor of 512 MiB whose seventh columns
+// devices 8-14 of host 1 need (seven hosts of eight devices, eight NICs each; random suite seed
+// 1901 r26, split). Host 0's holders also hand the five other NICs their shares, so laid by the
+// ports their NICs send 54 MiB each and the others 70; entered evenly, 64 MiB into each of host
+// 1's NICs, most sending NICs fed two receiving ones that two senders shared: 1.142x. With each
+// share entering by the NIC of its sender's index (detail::Entries::mirrored), each pair of NICs
+// carries one flow: 1.067x.
+TEST(PlannerTest, TheShopLaidByThePortsEntersByTheNicsItLeavesBy) {
+  Resharding p = problem_of({22369626, 6}, Mesh({3}, {0, 1, 2}), "S0R",
+                            Mesh({7}, {8, 9, 10, 11, 12, 13, 14}), "RS0", 7, 8);
+  p.cluster.nics_per_host = 8;
+  EXPECT_LE(order_ratio(p, true), 1.1);
+}
+
 // Devices 0 and 1 each hold all of a float16 tensor of 512 MiB whose halves devices 8 and 9 of host
 // 1 need: three hosts of eight devices, eight NICs each (random suite seed 1707 r28). Host 0's six
 // other devices stage the NICs' shares, and device 0, the first holder, handed them all over while

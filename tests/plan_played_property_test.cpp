@@ -39,7 +39,8 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
-  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, by_all = 0, fed = 0, rails = 0;
+  int shops = 0, several_receivers = 0, phased = 0, relayed = 0, by_all = 0, fed = 0, mirrored = 0,
+      rails = 0;
   for (int nics : {1, 2, 4})
     for (const BenchCase& c : random_suite(1105, 30)) {
       Resharding p = c.problem;
@@ -62,37 +63,49 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                        {detail::Beside::from_holders, detail::Beside::relayed,
                         detail::Beside::relayed_by_all})
                     for (detail::Feeds feeds :
-                         {detail::Feeds::first_holder, detail::Feeds::least_busy_holder}) {
-                      const auto shop = detail::nic_shop(batch, jobs, 8, 0,
-                                                         {.level = level,
-                                                          .sources = sources,
-                                                          .funnel = funnel,
-                                                          .stages_beside_holders = beside,
-                                                          .pieces = pieces,
-                                                          .beside = relays,
-                                                          .feeds = feeds});
-                      if (!shop) continue;
-                      ++shops;
-                      several_receivers += multi;
-                      phased += pieces == detail::Pieces::by_phases;
-                      relayed += relays != detail::Beside::from_holders;
-                      by_all += relays == detail::Beside::relayed_by_all;
-                      fed += feeds == detail::Feeds::least_busy_holder;
-                      EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
-                          << c.label << " " << c.description << " with " << nics << " NICs, level "
-                          << static_cast<int>(level) << " sources " << static_cast<int>(sources)
-                          << " funnel " << static_cast<int>(funnel) << " beside " << beside
-                          << " pieces " << static_cast<int>(pieces) << " relays "
-                          << static_cast<int>(relays) << " feeds " << static_cast<int>(feeds);
-                      if (relays != detail::Beside::from_holders) {
-                        EXPECT_NO_THROW(validate_ops(
-                            batch,
-                            detail::balance_order(batch, detail::shop_jobs(batch, *shop, jobs),
-                                                  PlanOptions{})))
+                         {detail::Feeds::first_holder, detail::Feeds::least_busy_holder})
+                      for (detail::Entries entries :
+                           {detail::Entries::levelled, detail::Entries::mirrored}) {
+                        const auto shop = detail::nic_shop(batch, jobs, 8, 0,
+                                                           {.level = level,
+                                                            .sources = sources,
+                                                            .funnel = funnel,
+                                                            .stages_beside_holders = beside,
+                                                            .pieces = pieces,
+                                                            .beside = relays,
+                                                            .feeds = feeds,
+                                                            .entries = entries});
+                        if (!shop) continue;
+                        ++shops;
+                        several_receivers += multi;
+                        phased += pieces == detail::Pieces::by_phases;
+                        relayed += relays != detail::Beside::from_holders;
+                        by_all += relays == detail::Beside::relayed_by_all;
+                        fed += feeds == detail::Feeds::least_busy_holder;
+                        mirrored += entries == detail::Entries::mirrored;
+                        EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
                             << c.label << " " << c.description << " with " << nics
-                            << " NICs, relayed, as jobs";
+                            << " NICs, level " << static_cast<int>(level) << " sources "
+                            << static_cast<int>(sources) << " funnel " << static_cast<int>(funnel)
+                            << " beside " << beside << " pieces " << static_cast<int>(pieces)
+                            << " relays " << static_cast<int>(relays) << " feeds "
+                            << static_cast<int>(feeds) << " entries " << static_cast<int>(entries);
+                        // Mirrored, each piece enters by the NIC of the index it leaves by.
+                        if (entries == detail::Entries::mirrored) {
+                          for (const detail::ShopPiece& piece : shop->across) {
+                            EXPECT_EQ(p.cluster.nic_of(piece.sender), p.cluster.nic_of(piece.entry))
+                                << c.label << " " << c.description << " with " << nics << " NICs";
+                          }
+                        }
+                        if (relays != detail::Beside::from_holders) {
+                          EXPECT_NO_THROW(validate_ops(
+                              batch,
+                              detail::balance_order(batch, detail::shop_jobs(batch, *shop, jobs),
+                                                    PlanOptions{})))
+                              << c.label << " " << c.description << " with " << nics
+                              << " NICs, relayed, as jobs";
+                        }
                       }
-                    }
         for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
           for (detail::RailSpread how :
                {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
@@ -112,14 +125,15 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
       }
     }
   // The layouts reach both kinds of lay, and shops of slices with several receivers, cut at their
-  // phases, relayed beside their holders (by every receiver there too) or with stages fed by the
-  // least busy holders.
+  // phases, relayed beside their holders (by every receiver there too), with stages fed by the
+  // least busy holders or with entries that mirror the sending NICs.
   EXPECT_GT(shops, 100);
   EXPECT_GT(several_receivers, 50);
   EXPECT_GT(phased, 50);
   EXPECT_GT(relayed, 100);
   EXPECT_GT(by_all, 100);
   EXPECT_GT(fed, 40);
+  EXPECT_GT(mirrored, 40);
   EXPECT_GT(rails, 100);
 }
 

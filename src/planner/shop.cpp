@@ -573,6 +573,44 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   }
 }
 
+// Each flow's entries moved to the NICs its shares leave by (Entries::mirrored): each sending share
+// enters its receiving host as a share of its own at a receiver on the NIC of the same index, else
+// at a device there that the flow does not bar, so that the pairs (paired in order) go NIC to NIC.
+// False, with the flows as they were, where such a NIC has no such device, where a receiving NIC
+// would then take in for longer than the busiest sending NIC sends, or where no entry moves.
+bool mirror_entries(const Cluster& c, std::vector<Flow>& flows) {
+  const NicIds nic_id(c);
+  const auto nic_time = [&](DeviceId d, double bytes) {
+    return bytes / c.single_nic_bandwidth_of(c.host_of(d));
+  };
+  std::map<int, double> out, in;  // seconds of each NIC
+  std::vector<Shares> entries;
+  for (const Flow& f : flows) {
+    const int host = f.home(c);
+    Shares& shares = entries.emplace_back();
+    for (const auto& [d, bytes] : f.out) {
+      out[nic_id(d)] += nic_time(d, bytes);
+      const int nic = c.nic_of(d);
+      std::optional<DeviceId> entry = f.receiver_on(c, nic);
+      for (int l = 0; !entry && l < c.devices_per_host; ++l)
+        if (const DeviceId e = c.device_id(host, l); c.nic_of(e) == nic && !f.bars(e)) entry = e;
+      if (!entry) return false;
+      shares.emplace_back(*entry, bytes);
+      in[nic_id(*entry)] += nic_time(*entry, bytes);
+    }
+  }
+  double busiest_out = 0, busiest_in = 0;
+  for (const auto& [nic, seconds] : out) busiest_out = std::max(busiest_out, seconds);
+  for (const auto& [nic, seconds] : in) busiest_in = std::max(busiest_in, seconds);
+  if (busiest_in > busiest_out * (1 + 1e-9)) return false;
+  bool moved = false;
+  for (size_t i = 0; i < flows.size(); ++i) {
+    moved = moved || entries[i] != flows[i].in;
+    flows[i].in = std::move(entries[i]);
+  }
+  return moved;
+}
+
 // The receivers of `t` by host: on hosts that do not hold its slice (`away`, which take it over
 // their NICs), and on hosts that do (`beside`, which take it from a holder over device links).
 struct ReceiversByHost {
@@ -671,7 +709,8 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, const ShopRules& rules) {
-  const auto [level, sources, funnelled, stages_beside_holders, pieces, beside_rule, feeds] = rules;
+  const auto [level, sources, funnelled, stages_beside_holders, pieces, beside_rule, feeds,
+              entries] = rules;
   const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
   // Each transfer as one per receiving host: each receiver on a holding host takes the slice from
@@ -922,6 +961,7 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     lay_by_ports(c, flows, port, stages_beside_holders, feeds);
   if (funnelled != Funnel::none && !funnel(c, flows, funnelled == Funnel::with_spares))
     return std::nullopt;
+  if (entries == Entries::mirrored && !mirror_entries(c, flows)) return std::nullopt;
 
   // The pieces: each flow's sending and receiving shares paired in order, cut into pieces of
   // `piece` bytes and the rest, so that the pieces that take turns on a NIC end together, or at
