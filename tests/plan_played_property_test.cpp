@@ -40,7 +40,7 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   int shops = 0, several_receivers = 0, phased = 0, relayed = 0, by_all = 0, fed = 0, mirrored = 0,
-      rails = 0;
+      fine = 0, rails = 0;
   for (int nics : {1, 2, 4})
     for (const BenchCase& c : random_suite(1105, 30)) {
       Resharding p = c.problem;
@@ -64,8 +64,10 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                         detail::Beside::relayed_by_all})
                     for (detail::Feeds feeds :
                          {detail::Feeds::first_holder, detail::Feeds::least_busy_holder})
-                      for (detail::Entries entries :
-                           {detail::Entries::levelled, detail::Entries::mirrored}) {
+                      for (const auto& [entries, quanta] :
+                           {std::pair{detail::Entries::levelled, detail::Quanta::per_flow},
+                            std::pair{detail::Entries::mirrored, detail::Quanta::per_flow},
+                            std::pair{detail::Entries::levelled, detail::Quanta::fine}}) {
                         const auto shop = detail::nic_shop(batch, jobs, 8, 0,
                                                            {.level = level,
                                                             .sources = sources,
@@ -74,7 +76,8 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                                                             .pieces = pieces,
                                                             .beside = relays,
                                                             .feeds = feeds,
-                                                            .entries = entries});
+                                                            .entries = entries,
+                                                            .quanta = quanta});
                         if (!shop) continue;
                         ++shops;
                         several_receivers += multi;
@@ -83,13 +86,15 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                         by_all += relays == detail::Beside::relayed_by_all;
                         fed += feeds == detail::Feeds::least_busy_holder;
                         mirrored += entries == detail::Entries::mirrored;
+                        fine += quanta == detail::Quanta::fine;
                         EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
                             << c.label << " " << c.description << " with " << nics
                             << " NICs, level " << static_cast<int>(level) << " sources "
                             << static_cast<int>(sources) << " funnel " << static_cast<int>(funnel)
                             << " beside " << beside << " pieces " << static_cast<int>(pieces)
                             << " relays " << static_cast<int>(relays) << " feeds "
-                            << static_cast<int>(feeds) << " entries " << static_cast<int>(entries);
+                            << static_cast<int>(feeds) << " entries " << static_cast<int>(entries)
+                            << " quanta " << static_cast<int>(quanta);
                         // Mirrored, each piece enters by the NIC of the index it leaves by.
                         if (entries == detail::Entries::mirrored) {
                           for (const detail::ShopPiece& piece : shop->across) {
@@ -126,7 +131,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
     }
   // The layouts reach both kinds of lay, and shops of slices with several receivers, cut at their
   // phases, relayed beside their holders (by every receiver there too), with stages fed by the
-  // least busy holders or with entries that mirror the sending NICs.
+  // least busy holders, with entries that mirror the sending NICs or in fine quanta.
   EXPECT_GT(shops, 100);
   EXPECT_GT(several_receivers, 50);
   EXPECT_GT(phased, 50);
@@ -134,6 +139,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   EXPECT_GT(by_all, 100);
   EXPECT_GT(fed, 40);
   EXPECT_GT(mirrored, 40);
+  EXPECT_GT(fine, 40);
   EXPECT_GT(rails, 100);
 }
 

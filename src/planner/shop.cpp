@@ -481,12 +481,16 @@ bool funnel(const Cluster& c, std::vector<Flow>& flows, bool spares) {
   return moved;
 }
 
-// The flows' shares by device, laid a quantum at a time where each ends soonest
+// The quanta of each flow laid by the ports (Quanta::per_flow), and those of all the flows
+// together that Quanta::fine cuts them into at least.
+constexpr int kQuantaPerFlow = 32;
+constexpr int kFineQuanta = 256;
+
+// The flows' shares by device, laid `quanta` quanta of each flow at a time where each ends soonest
 // (ShopLevel::ports), from any of each flow's holders, each stage fed by the first holder on its
 // host or by `feeds`. `port` holds the seconds of each device's send port already taken.
 void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double> port,
-                  bool beside_holders, Feeds feeds) {
-  constexpr int kQuanta = 32;
+                  bool beside_holders, Feeds feeds, int quanta) {
   // Three passes: sending, receiving knowing what each port sends, and both again knowing what
   // each port forwards.
   constexpr int kPasses = 3;
@@ -559,8 +563,8 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       f.out.clear();
       f.fed_by.clear();
     }
-    for (int i = 0; i < kQuanta; ++i)
-      for (size_t f = 0; f < flows.size(); ++f) send_quantum(f, flows[f].bytes() / kQuanta);
+    for (int i = 0; i < quanta; ++i)
+      for (size_t f = 0; f < flows.size(); ++f) send_quantum(f, flows[f].bytes() / quanta);
     for (Flow& f : flows) {
       for (const auto& [d, bytes] : f.in) {
         in[nic_id(d)] -= nic_time(d, bytes);
@@ -568,8 +572,8 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       }
       f.in.clear();
     }
-    for (int i = 0; i < kQuanta; ++i)
-      for (Flow& f : flows) take_quantum(f, f.bytes() / kQuanta);
+    for (int i = 0; i < quanta; ++i)
+      for (Flow& f : flows) take_quantum(f, f.bytes() / quanta);
   }
 }
 
@@ -709,8 +713,8 @@ std::map<std::pair<int, int>, std::vector<std::pair<int, double>>> shop_phases(
 
 std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                              int64_t min_piece_bytes, const ShopRules& rules) {
-  const auto [level, sources, funnelled, stages_beside_holders, pieces, beside_rule, feeds,
-              entries] = rules;
+  const auto [level, sources, funnelled, stages_beside_holders, pieces, beside_rule, feeds, entries,
+              quanta] = rules;
   const bool from_any_host = sources == Sources::any_host;
   const Cluster& c = batch.cluster;
   // Each transfer as one per receiving host: each receiver on a holding host takes the slice from
@@ -955,10 +959,17 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
          return false;
        })))
     return std::nullopt;
+  // Fine quanta are finer only laid by the ports, and only where the flows are few.
+  const int flow_count = std::max(static_cast<int>(flows.size()), 1);
+  const int quanta_per_flow =
+      quanta == Quanta::fine ? std::max(kQuantaPerFlow, (kFineQuanta + flow_count - 1) / flow_count)
+                             : kQuantaPerFlow;
+  if (quanta == Quanta::fine && (level == ShopLevel::bytes || quanta_per_flow == kQuantaPerFlow))
+    return std::nullopt;
   if (level == ShopLevel::bytes)
     lay_by_bytes(c, flows);
   else
-    lay_by_ports(c, flows, port, stages_beside_holders, feeds);
+    lay_by_ports(c, flows, port, stages_beside_holders, feeds, quanta_per_flow);
   if (funnelled != Funnel::none && !funnel(c, flows, funnelled == Funnel::with_spares))
     return std::nullopt;
   if (entries == Entries::mirrored && !mirror_entries(c, flows)) return std::nullopt;
