@@ -685,10 +685,6 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
               }
           if (!any_shop) break;
         }
-        // The fastest shop once more with the receivers beside a holder relaying its pieces, then
-        // the fastest so far once more laid by the ports with its stages fed by the least busy
-        // holders, each where it played within kShopPlaysWithin of the best plan (laid so for
-        // every shop, twice as many shops would be laid and played each time).
         // The fastest shop laid by the ports, once more with entries that mirror its sending NICs
         // (Entries::mirrored), played as every shop: not the fastest shop of all, which, where it
         // was laid by bytes, sends as much over every NIC and has nothing to mirror. Mirroring
@@ -707,6 +703,10 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           fine.quanta = detail::Quanta::fine;
           try_shop(fine);
         }
+        // The fastest shop once more with the receivers beside a holder relaying its pieces, then
+        // the fastest so far once more laid by the ports with its stages fed by the least busy
+        // holders, each where it played within kShopPlaysWithin of the best plan (laid so for
+        // every shop, twice as many shops would be laid and played each time).
         if (fastest_lay && !near() && !far(fastest_lay->time)) {
           const FastestLay from = *fastest_lay;
           for (detail::Beside beside : {detail::Beside::relayed, detail::Beside::relayed_by_all}) {
