@@ -83,6 +83,11 @@ void add_share(Shares& shares, int to, double bytes) {
   shares.emplace_back(to, bytes);
 }
 
+// The seconds `bytes` take on one NIC of device `d`'s host.
+double nic_seconds(const Cluster& c, DeviceId d, double bytes) {
+  return bytes / c.single_nic_bandwidth_of(c.host_of(d));
+}
+
 // Each NIC's id across the cluster: host * (the most NICs of a host) + its index on its host.
 class NicIds {
  public:
@@ -495,9 +500,6 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
   // each port forwards.
   constexpr int kPasses = 3;
   const NicIds nic_id(c);
-  const auto nic_time = [&](DeviceId d, double bytes) {
-    return bytes / c.single_nic_bandwidth_of(c.host_of(d));
-  };
   const auto link_time = [&](DeviceId d, double bytes) { return bytes / c.device_bandwidth_of(d); };
   std::map<int, double> out, in;  // seconds of each NIC taken
   const auto overlaps = overlapping(flows);
@@ -515,7 +517,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
                return c.host_of(h) == host && c.nic_of(h) == c.nic_of(d);
              }))))
           continue;
-        double time = std::max(out[nic_id(d)], port[d]) + nic_time(d, q);
+        double time = std::max(out[nic_id(d)], port[d]) + nic_seconds(c, d, q);
         if (!f.holds(d)) {
           const DeviceId h = f.feeder(c, d, port, feeds);
           time = std::max(time, port[h] + link_time(h, q));
@@ -526,8 +528,8 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
         }
       }
     add_share(f.out, best, q);
-    out[nic_id(best)] += nic_time(best, q);
-    port[best] += nic_time(best, q);
+    out[nic_id(best)] += nic_seconds(c, best, q);
+    port[best] += nic_seconds(c, best, q);
     if (!f.holds(best)) {
       const DeviceId h = f.feeder(c, best, port, feeds);
       if (feeds == Feeds::least_busy_holder) f.fed_by.try_emplace(best, h);
@@ -542,7 +544,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       const DeviceId d = c.device_id(host, l);
       // A receiver's NIC is entered at a receiver, another NIC at any of its devices.
       if (!f.receives(d) && (f.receiver_on(c, c.nic_of(d)) || f.bars(d))) continue;
-      double time = in[nic_id(d)] + nic_time(d, q);
+      double time = in[nic_id(d)] + nic_seconds(c, d, q);
       if (f.forwards(d) > 0) time = std::max(time, port[d] + f.forwards(d) * link_time(d, q));
       if (best < 0 || time < best_time) {
         best_time = time;
@@ -550,14 +552,14 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       }
     }
     add_share(f.in, best, q);
-    in[nic_id(best)] += nic_time(best, q);
+    in[nic_id(best)] += nic_seconds(c, best, q);
     port[best] += f.forwards(best) * link_time(best, q);
   };
   for (int pass = 0; pass < kPasses; ++pass) {
     for (Flow& f : flows) {
       for (const auto& [d, bytes] : f.out) {
-        out[nic_id(d)] -= nic_time(d, bytes);
-        port[d] -= nic_time(d, bytes);
+        out[nic_id(d)] -= nic_seconds(c, d, bytes);
+        port[d] -= nic_seconds(c, d, bytes);
         if (!f.holds(d)) port[f.holder_beside(c, d)] -= link_time(d, bytes);
       }
       f.out.clear();
@@ -567,7 +569,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       for (size_t f = 0; f < flows.size(); ++f) send_quantum(f, flows[f].bytes() / quanta);
     for (Flow& f : flows) {
       for (const auto& [d, bytes] : f.in) {
-        in[nic_id(d)] -= nic_time(d, bytes);
+        in[nic_id(d)] -= nic_seconds(c, d, bytes);
         port[d] -= f.forwards(d) * link_time(d, bytes);
       }
       f.in.clear();
@@ -584,23 +586,20 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
 // would then take in for longer than the busiest sending NIC sends, or where no entry moves.
 bool mirror_entries(const Cluster& c, std::vector<Flow>& flows) {
   const NicIds nic_id(c);
-  const auto nic_time = [&](DeviceId d, double bytes) {
-    return bytes / c.single_nic_bandwidth_of(c.host_of(d));
-  };
   std::map<int, double> out, in;  // seconds of each NIC
   std::vector<Shares> entries;
   for (const Flow& f : flows) {
     const int host = f.home(c);
     Shares& shares = entries.emplace_back();
     for (const auto& [d, bytes] : f.out) {
-      out[nic_id(d)] += nic_time(d, bytes);
+      out[nic_id(d)] += nic_seconds(c, d, bytes);
       const int nic = c.nic_of(d);
       std::optional<DeviceId> entry = f.receiver_on(c, nic);
       for (int l = 0; !entry && l < c.devices_per_host; ++l)
         if (const DeviceId e = c.device_id(host, l); c.nic_of(e) == nic && !f.bars(e)) entry = e;
       if (!entry) return false;
       shares.emplace_back(*entry, bytes);
-      in[nic_id(*entry)] += nic_time(*entry, bytes);
+      in[nic_id(*entry)] += nic_seconds(c, *entry, bytes);
     }
   }
   double busiest_out = 0, busiest_in = 0;
@@ -1234,7 +1233,7 @@ class RailLayer {
   double charge_own(const Transfer& t) {
     if (t.candidates.size() != 1 || t.within_holding_hosts(c_)) return 0;
     const DeviceId d = t.candidates[0];
-    const double own = static_cast<double>(t.bytes) / c_.single_nic_bandwidth_of(c_.host_of(d));
+    const double own = nic_seconds(c_, d, static_cast<double>(t.bytes));
     port_[d] += own;
     return own;
   }
@@ -1341,13 +1340,11 @@ class RailLayer {
   // The seconds a step of `bytes` from `from` to `to` takes of the sender's port, and of the
   // receiving NIC (0 inside a host).
   double port_seconds(DeviceId from, DeviceId to, double bytes) const {
-    return bytes / (c_.host_of(from) != c_.host_of(to)
-                        ? c_.single_nic_bandwidth_of(c_.host_of(from))
-                        : c_.device_bandwidth_of(from));
+    return c_.host_of(from) != c_.host_of(to) ? nic_seconds(c_, from, bytes)
+                                              : bytes / c_.device_bandwidth_of(from);
   }
   double in_seconds(DeviceId from, DeviceId to, double bytes) const {
-    return c_.host_of(from) != c_.host_of(to) ? bytes / c_.single_nic_bandwidth_of(c_.host_of(to))
-                                              : 0.0;
+    return c_.host_of(from) != c_.host_of(to) ? nic_seconds(c_, to, bytes) : 0.0;
   }
 
   int add(const Job& job, const Box& slice, DeviceId from, DeviceId to, int after,
@@ -1562,10 +1559,8 @@ class RailLayer {
     const auto back_load = [&] {
       const DeviceId from = steps_[static_cast<size_t>(back)].to;
       const double load = load_after({{from, first, -1, false}}, bytes).busiest;
-      return j + 1 < s.pieces
-                 ? load
-                 : std::max(load, busiest_seconds_ +
-                                      bytes / c_.single_nic_bandwidth_of(c_.host_of(from)));
+      return j + 1 < s.pieces ? load
+                              : std::max(load, busiest_seconds_ + nic_seconds(c_, from, bytes));
     };
     if (back >= 0 && back_load() < port_[holder] + bytes / c_.device_bandwidth_of(holder))
       return add(*s.job, slice, steps_[static_cast<size_t>(back)].to, first, back);
