@@ -2022,6 +2022,20 @@ TEST(PlannerTest, TheShopLaidByThePortsEntersByTheNicsItLeavesBy) {
   EXPECT_LE(order_ratio(p, true), 1.1);
 }
 
+// Three hosts each hold a third of a float32 tensor of 512 MiB (a 2x2 mesh: device 19 of host 4
+// columns 0-1, device 13 of host 3 columns 2-3, device 3 of host 0 columns 4-5, device 17 none),
+// and devices of all five hosts need halves (host 2 only columns 0-2, host 1 only 3-5): five hosts
+// of four devices, one NIC each (random suite seed 2005 r23). Each holder sends its third to three
+// hosts, 512 MiB, while the bound is what host 0 takes in, 341 MiB. Chains through every host or
+// host by host make the holders relay more still (1.251x). Relayed by hosts 1 and 2, which need
+// only half the tensor, every host sends at most 341 MiB (detail::relay_tree_jobs), and laid in
+// quarters by the greedy that takes receipts in at once the plan is 1.067x.
+TEST(PlannerTest, AHostThatNeedsFewSlicesRelaysOthers) {
+  const Resharding p = problem_of({22369622, 6}, Mesh({2, 2}, {19, 3, 13, 17}), "RS10",
+                                  Mesh({2, 4}, {19, 12, 9, 0, 5, 16, 14, 3}), "RS0", 5, 4);
+  EXPECT_LE(order_ratio(p, false), 1.1);
+}
+
 // Devices 0 and 1 each hold all of a float16 tensor of 512 MiB whose halves devices 8 and 9 of host
 // 1 need: three hosts of eight devices, eight NICs each (random suite seed 1707 r28). Host 0's six
 // other devices stage the NICs' shares, and device 0, the first holder, handed them all over while

@@ -5,6 +5,7 @@
 // slower plan; here it fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -141,6 +142,66 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   EXPECT_GT(mirrored, 40);
   EXPECT_GT(fine, 40);
   EXPECT_GT(rails, 100);
+}
+
+// What each host sends over its NICs in `ops`: a send or chain's bytes once for each hop that
+// leaves the host.
+std::vector<int64_t> host_sending(const Batch& batch, const std::vector<Op>& ops) {
+  const Cluster& cluster = batch.cluster;
+  std::vector<int64_t> out(static_cast<size_t>(cluster.hosts), 0);
+  for (const Op& op : ops) {
+    if (!op.sender) continue;
+    DeviceId from = *op.sender;
+    for (DeviceId to : op.receivers) {
+      if (cluster.host_of(from) != cluster.host_of(to))
+        out[static_cast<size_t>(cluster.host_of(from))] += op.bytes;
+      from = to;
+    }
+  }
+  return out;
+}
+
+// The transfers relay_tree_jobs cuts deliver each element once, laid by either greedy, and the
+// busiest host sends less than with one op from the holders to each host.
+TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
+  int cut = 0, compared = 0;
+  for (int nics : {1, 2})
+    for (unsigned seed : {1105u, 2005u})
+      for (const BenchCase& c : random_suite(seed, 30)) {
+        Resharding p = c.problem;
+        p.cluster.nics_per_host = nics;
+        const Batch batch = Batch::of_one(p);
+        const std::vector<detail::Job> jobs =
+            detail::make_jobs(batch, decompose(batch), Strategy::broadcast);
+        const std::vector<detail::Job> trees = detail::relay_tree_jobs(batch, jobs);
+        if (trees.empty()) continue;
+        ++cut;
+        SCOPED_TRACE(::testing::Message()
+                     << c.label << " " << c.description << " with " << nics << " NICs");
+        for (detail::Receipts receipts :
+             {detail::Receipts::apart, detail::Receipts::over_nics_at_once})
+          EXPECT_NO_THROW(validate_ops(
+              batch,
+              detail::balance_order(batch, trees, PlanOptions{}, detail::Shape::chains, receipts)));
+        // Where every slice has one holding host (else the chains through several hosts that the
+        // other slices take make their hosts relay too), the busiest host sends less.
+        bool one_holding_host = true;
+        for (const detail::Job& job : jobs)
+          for (const detail::Transfer& t : job.transfers)
+            one_holding_host =
+                one_holding_host && detail::hosts_of(t.candidates, p.cluster).size() == 1;
+        if (!one_holding_host) continue;
+        ++compared;
+        const auto per_host = host_sending(
+            batch, detail::balance_order(batch, jobs, PlanOptions{}, detail::Shape::per_host));
+        const auto relayed = host_sending(
+            batch, detail::balance_order(batch, trees, PlanOptions{}, detail::Shape::chains));
+        EXPECT_LT(*std::max_element(relayed.begin(), relayed.end()),
+                  *std::max_element(per_host.begin(), per_host.end()));
+      }
+  // The layouts reach transfers that are cut, some where every slice has one holding host.
+  EXPECT_GE(cut, 8);
+  EXPECT_GE(compared, 3);
 }
 
 // Device 0 holds a slice that one device on each of hosts 1 to n needs (one NIC per host).

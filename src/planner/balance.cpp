@@ -410,9 +410,12 @@ class OrderPlanner {
     };
     // The keys refer to the lambdas rather than copy them: a std::function allocates for a copy
     // of a lambda this large, for every transfer placed.
-    const ChainKeys keys{std::cref(entry_key), [this](int host) { return duties_.of(host); },
-                         spread ? std::function<double(DeviceId)>(std::cref(sending_ends))
-                                : std::function<double(DeviceId)>{}};
+    const ChainKeys keys{
+        std::cref(entry_key),
+        t.hosts_in_turn ? std::function<double(int)>{}
+                        : std::function<double(int)>([this](int host) { return duties_.of(host); }),
+        spread ? std::function<double(DeviceId)>(std::cref(sending_ends))
+               : std::function<double(DeviceId)>{}};
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender,
                            const ChainKeys& chain_keys) {
       work += 2 + static_cast<int64_t>(receivers.size());

@@ -741,6 +741,132 @@ std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs
   return across;
 }
 
+std::vector<Job> relay_tree_jobs(const Batch& batch, const std::vector<Job>& jobs) {
+  const Cluster& cluster = batch.cluster;
+  // A transfer from one holding host into two or more others: its receiving hosts, each taking
+  // the slice from the holders (parent -1) or from the receiving host of index parent.
+  struct Tree {
+    size_t job, transfer;
+    int root;
+    double bytes;
+    std::vector<int> hosts;
+    std::vector<int> parent;
+  };
+  std::vector<Tree> trees;
+  std::vector<std::vector<size_t>> rooted_at(static_cast<size_t>(cluster.hosts));  // tree indices
+  // Each host's seconds of sending over its NICs, all of them together.
+  std::vector<double> out(static_cast<size_t>(cluster.hosts), 0.0);
+  const auto seconds = [&](double bytes, int host) {
+    return bytes / cluster.nic_bandwidth_of(host);
+  };
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for (size_t i = 0; i < jobs[j].transfers.size(); ++i) {
+      const Transfer& t = jobs[j].transfers[i];
+      const std::vector<int> holding = hosts_of(t.candidates, cluster);
+      std::vector<int> away = hosts_of(t.receivers, cluster);
+      std::erase_if(away, [&](int h) { return holds(holding, h); });
+      const auto bytes = static_cast<double>(t.bytes);
+      if (holding.size() == 1 && away.size() >= 2) {
+        rooted_at[static_cast<size_t>(holding[0])].push_back(trees.size());
+        trees.push_back({j, i, holding[0], bytes, away, std::vector<int>(away.size(), -1)});
+        out[holding[0]] += seconds(bytes * static_cast<double>(away.size()), holding[0]);
+        continue;
+      }
+      // Spread over the holding hosts, as near as the heuristic needs.
+      for (int h : holding)
+        out[h] += seconds(
+            bytes * static_cast<double>(away.size()) / static_cast<double>(holding.size()), h);
+    }
+  // Level the sending: while the busiest host holds a slice it sends to two or more hosts itself,
+  // one of those takes it from another receiving host instead (one that sends this slice to no
+  // host yet and takes it from the holders), the least busy such host, where that one stays less
+  // busy than the busiest is now.
+  bool moved = false;
+  for (;;) {
+    const auto busiest = static_cast<int>(std::max_element(out.begin(), out.end()) - out.begin());
+    Tree* best_tree = nullptr;
+    size_t best_child = 0, best_relay = 0;
+    double best_load = out[busiest];
+    for (size_t index : rooted_at[static_cast<size_t>(busiest)]) {
+      Tree& tree = trees[index];
+      const auto n = tree.hosts.size();
+      std::vector<int> children(n, 0);
+      for (int parent : tree.parent)
+        if (parent >= 0) ++children[static_cast<size_t>(parent)];
+      // A host that takes the slice from the holders and relays nothing relays it to another such.
+      const auto leaf = [&](size_t k) { return tree.parent[k] < 0 && children[k] == 0; };
+      size_t leaves = 0;
+      for (size_t k = 0; k < n; ++k) leaves += leaf(k);
+      if (leaves < 2) continue;
+      for (size_t k = 0; k < n; ++k) {
+        if (!leaf(k)) continue;
+        size_t child = 0;
+        while (child == k || !leaf(child)) ++child;
+        const double load = out[tree.hosts[k]] + seconds(tree.bytes, tree.hosts[k]);
+        if (load < best_load) {
+          best_tree = &tree;
+          best_child = child;
+          best_relay = k;
+          best_load = load;
+        }
+      }
+    }
+    if (!best_tree) break;
+    best_tree->parent[best_child] = static_cast<int>(best_relay);
+    out[busiest] -= seconds(best_tree->bytes, busiest);
+    out[best_tree->hosts[best_relay]] += seconds(best_tree->bytes, best_tree->hosts[best_relay]);
+    moved = true;
+  }
+  if (!moved) return {};
+  std::vector<Job> relayed = jobs;
+  // Each such transfer, cut: into the holders' host, into each host that takes it from the
+  // holders and relays nothing, and into each relay chained on to the host it relays to (laid as
+  // one chain, a transfer without a relay would have every host but its last relay it).
+  for (auto tree = trees.rbegin(); tree != trees.rend(); ++tree) {
+    Job& job = relayed[tree->job];
+    const Transfer whole = job.transfers[tree->transfer];
+    const auto on = [&](int host) {
+      std::vector<DeviceId> receivers;
+      for (DeviceId r : whole.receivers)
+        if (cluster.host_of(r) == host) receivers.push_back(r);
+      return receivers;
+    };
+    const auto part = [&](std::vector<DeviceId> receivers) {
+      Transfer p = whole;
+      p.receivers = std::move(receivers);
+      p.helpers.clear();
+      p.splittable = false;
+      return p;
+    };
+    std::vector<Transfer> cut;
+    if (auto home = on(tree->root); !home.empty()) cut.push_back(part(std::move(home)));
+    const auto n = tree->hosts.size();
+    for (size_t k = 0; k < n; ++k) {
+      if (tree->parent[k] >= 0) continue;
+      std::vector<DeviceId> receivers = on(tree->hosts[k]);
+      const auto child = std::find(tree->parent.begin(), tree->parent.end(), static_cast<int>(k));
+      if (child == tree->parent.end()) {
+        cut.push_back(part(std::move(receivers)));
+        continue;
+      }
+      const int relay = tree->hosts[k];
+      const int last = tree->hosts[static_cast<size_t>(child - tree->parent.begin())];
+      const auto further = on(last);
+      receivers.insert(receivers.end(), further.begin(), further.end());
+      std::sort(receivers.begin(), receivers.end());
+      Transfer chain = part(std::move(receivers));
+      // The other hosts in id order, turned so that the relay comes first.
+      chain.host_turn = relay < last ? 0 : 1;
+      chain.hosts_in_turn = true;
+      cut.push_back(std::move(chain));
+    }
+    job.transfers.erase(job.transfers.begin() + static_cast<std::ptrdiff_t>(tree->transfer));
+    job.transfers.insert(job.transfers.begin() + static_cast<std::ptrdiff_t>(tree->transfer),
+                         cut.begin(), cut.end());
+  }
+  return relayed;
+}
+
 std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs) {
   const Cluster& cluster = batch.cluster;
   SourceTiles sources(batch);

@@ -39,6 +39,9 @@ struct Transfer {
   // it is a chain's last host (which forwards nothing), gives its devices' send ports to the
   // gathers inside it.
   int host_turn = 0;
+  // The chain goes through the other hosts in the order host_turn gives them, whatever else they
+  // have to send: relay_tree_jobs chose which of them relays.
+  bool hosts_in_turn = false;
 
   // The stage on `host`, if it has one.
   std::optional<DeviceId> stage_on(int host, const Cluster& cluster) const;
@@ -139,6 +142,18 @@ std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs);
 // sends all of it over one device link, while every other holding host holds it only at a holder
 // as busy, and a receiver there that takes the slice anyway can pass a part on.
 std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs);
+
+// `jobs` with the transfers from one holding host into two or more other hosts cut so that the
+// hosts' sending levels out: while the host that sends longest over its NICs holds such a slice
+// that it sends to two or more hosts itself, one of those hosts takes it from another of them
+// instead, by a chain through both (Transfer::hosts_in_turn). The relay is the one that would
+// then send for the shortest time, where that is shorter than the busiest host's; a relay passes
+// the slice on to one host. Empty where no transfer is cut. A chain through every receiving host
+// has each host but the last relay the slice, and one op per host leaves all the sending to the
+// holders; a host that needs only some of the slices can relay others (random suite seed 2005
+// r23: three holding hosts that each send their slices to three hosts, one NIC per host, 1.251x
+// -> 1.140x).
+std::vector<Job> relay_tree_jobs(const Batch& batch, const std::vector<Job>& jobs);
 
 // `job` cut into `n` jobs, one per round: each of its transfers' slices cut into `n` parts
 // (allgather_part: torch.chunk of the longest dimension), round i taking part i, and its
