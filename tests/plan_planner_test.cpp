@@ -2036,6 +2036,20 @@ TEST(PlannerTest, AHostThatNeedsFewSlicesRelaysOthers) {
   EXPECT_LE(order_ratio(p, false), 1.1);
 }
 
+// Device 1 of host 0 holds the first column of an int8 tensor of 512 MiB, device 6 of host 1 the
+// second, and each host's four devices need its half of the rows: two hosts of four devices, two
+// NICs each (random suite seed 2101 r17, split). Relayed beside its holder, a holder's half went to
+// its three neighbours in turn, each passing its pieces on, the two stages that send over the NICs
+// too: each sent its 64 MiB over its NIC and 88 MiB beside it one after the other, 1.155x the
+// bound. Relayed only by the neighbour that sends over no NIC (detail::Beside), 1.060x.
+TEST(PlannerTest, OnlyReceiversThatSendOverNoNicRelayBesideTheHolder) {
+  Resharding p = problem_of({268435459, 2}, Mesh({4}, {1, 6, 3, 0}), "RS0",
+                            Mesh({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}), "S0R", 2, 4);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.1);
+}
+
 // Devices 0 and 1 each hold all of a float16 tensor of 512 MiB whose halves devices 8 and 9 of host
 // 1 need: three hosts of eight devices, eight NICs each (random suite seed 1707 r28). Host 0's six
 // other devices stage the NICs' shares, and device 0, the first holder, handed them all over while

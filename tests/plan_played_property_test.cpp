@@ -144,6 +144,49 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   EXPECT_GT(rails, 100);
 }
 
+// Shops relayed beside their holders only by receivers that send over no NIC deliver each element
+// once, and no such relay sends over the NICs in the shop laid relayed by all that hold nothing.
+TEST(PlayedPropertyTest, ShopsRelayedByNonSendersDeliverEachElementOnce) {
+  int shops = 0;
+  for (int nics : {1, 2, 4})
+    for (unsigned seed = 2101; seed <= 2110; ++seed)
+      for (const BenchCase& c : random_suite(seed, 30)) {
+        Resharding p = c.problem;
+        p.cluster.nics_per_host = nics;
+        const Batch batch = Batch::of_one(p);
+        const std::vector<detail::Job> jobs =
+            detail::make_jobs(batch, decompose(batch), Strategy::broadcast, false);
+        for (detail::ShopLevel level : {detail::ShopLevel::bytes, detail::ShopLevel::ports})
+          for (detail::Sources sources : {detail::Sources::chosen_host, detail::Sources::any_host,
+                                          detail::Sources::levelled_hosts})
+            for (detail::Funnel funnel :
+                 {detail::Funnel::none, detail::Funnel::by_senders, detail::Funnel::with_spares})
+              for (bool beside : {false, true}) {
+                detail::ShopRules rules{.level = level,
+                                        .sources = sources,
+                                        .funnel = funnel,
+                                        .stages_beside_holders = beside,
+                                        .beside = detail::Beside::relayed_by_non_senders};
+                const auto shop = detail::nic_shop(batch, jobs, 8, 0, rules);
+                if (!shop) continue;
+                ++shops;
+                SCOPED_TRACE(::testing::Message()
+                             << c.label << " " << c.description << " with " << nics
+                             << " NICs, level " << static_cast<int>(level) << " beside " << beside);
+                EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs));
+                rules.beside = detail::Beside::relayed;
+                const auto relayed = detail::nic_shop(batch, jobs, 8, 0, rules);
+                ASSERT_TRUE(relayed.has_value());
+                for (const detail::ShopPiece& piece : shop->beside) {
+                  if (piece.receivers.size() < 2) continue;
+                  for (const detail::ShopPiece& across : relayed->across)
+                    EXPECT_NE(piece.entry, across.sender);
+                }
+              }
+      }
+  EXPECT_GE(shops, 20);
+}
+
 // What each host sends over its NICs in `ops`: a send or chain's bytes once for each hop that
 // leaves the host.
 std::vector<int64_t> host_sending(const Batch& batch, const std::vector<Op>& ops) {

@@ -703,13 +703,15 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           fine.quanta = detail::Quanta::fine;
           try_shop(fine);
         }
-        // The fastest shop once more with the receivers beside a holder relaying its pieces, then
-        // the fastest so far once more laid by the ports with its stages fed by the least busy
-        // holders, each where it played within kShopPlaysWithin of the best plan (laid so for
-        // every shop, twice as many shops would be laid and played each time).
+        // The fastest shop once more with the receivers beside a holder relaying its pieces (all of
+        // them, or only those that send nothing over the NICs), then the fastest so far once more
+        // laid by the ports with its stages fed by the least busy holders, each where it played
+        // within kShopPlaysWithin of the best plan (laid so for every shop, twice as many shops
+        // would be laid and played each time).
         if (fastest_lay && !near() && !far(fastest_lay->time)) {
           const FastestLay from = *fastest_lay;
-          for (detail::Beside beside : {detail::Beside::relayed, detail::Beside::relayed_by_all}) {
+          for (detail::Beside beside : {detail::Beside::relayed, detail::Beside::relayed_by_all,
+                                        detail::Beside::relayed_by_non_senders}) {
             detail::ShopRules relayed = from.rules;
             relayed.beside = beside;
             if (!near()) try_shop(relayed, &from);

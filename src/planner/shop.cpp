@@ -725,14 +725,27 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     for (const Job& job : jobs)
       for (const Transfer& t : job.transfers)
         holding.insert(t.candidates.begin(), t.candidates.end());
-  // The receivers beside a holder that relay its pieces to the others (Beside::relayed and
-  // Beside::relayed_by_all).
+  // Where relayed by non-senders, the devices that send over the NICs in the shop laid relayed.
+  std::set<DeviceId> senders;
+  if (beside_rule == Beside::relayed_by_non_senders) {
+    ShopRules relayed = rules;
+    relayed.beside = Beside::relayed;
+    const auto shop = nic_shop(batch, jobs, rounds, min_piece_bytes, relayed);
+    if (!shop) return std::nullopt;
+    for (const ShopPiece& p : shop->across) senders.insert(p.sender);
+  }
+  // The receivers beside a holder that relay its pieces to the others (Beside::relayed and its
+  // kin); whether a sender was left out.
+  bool any_sender_left_out = false;
   const auto relays_of = [&](const std::vector<DeviceId>& receivers) {
     std::vector<DeviceId> relays;
-    if (beside_rule != Beside::from_holders)
-      for (DeviceId r : receivers)
-        if (beside_rule == Beside::relayed_by_all || !holding.contains(r)) relays.push_back(r);
-    return relays.size() >= 2 ? relays : std::vector<DeviceId>{};
+    if (beside_rule == Beside::from_holders) return relays;
+    for (DeviceId r : receivers)
+      if (beside_rule == Beside::relayed_by_all || !holding.contains(r)) relays.push_back(r);
+    if (relays.size() < 2) return std::vector<DeviceId>{};
+    if (std::erase_if(relays, [&](DeviceId r) { return senders.contains(r); }) > 0)
+      any_sender_left_out = true;
+    return relays;
   };
   // Whether a slice is relayed, and relayed by a receiver that holds slices of its own.
   bool any_relayed = false, any_by_holders = false;
@@ -764,7 +777,8 @@ std::optional<Shop> nic_shop(const Batch& batch, const std::vector<Job>& jobs, i
     }
   }
   if ((beside_rule == Beside::relayed && !any_relayed) ||
-      (beside_rule == Beside::relayed_by_all && !any_by_holders))
+      (beside_rule == Beside::relayed_by_all && !any_by_holders) ||
+      (beside_rule == Beside::relayed_by_non_senders && !(any_relayed && any_sender_left_out)))
     return std::nullopt;
   // Each slice from its receiver's host where that holds it (over the device link, from the
   // holder with the least to send beside it), else from the holding host with the least to send
