@@ -922,9 +922,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // a slice to several hosts is the busiest, a receiving host that needs only part of the
     // slices relays it. Laid whole, a device's next send often does not fit the gap its
     // receivers leave it; in halves and quarters, and by the greedy that takes receipts in at
-    // once, it does more often. Late: tried before the rails and the shops, its six lays cost
-    // every far plan half as much planning again with one NIC, and came nearest the bound only
-    // where nothing else did.
+    // once, it does more often. Late: tried before the rails and the shops, its six lays made the
+    // random suite with one NIC plan half as long again (seeds 2001-2010), and came nearest the
+    // bound only where nothing else did.
     if (spread && !near())
       if (auto trees = detail::relay_tree_jobs(batch, jobs); !trees.empty())
         for (int cuts = 0; cuts < 3 && !near(); ++cuts) {
