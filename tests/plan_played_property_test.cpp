@@ -145,7 +145,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
 }
 
 // Shops relayed beside their holders only by receivers that send over no NIC deliver each element
-// once, and no such relay sends over the NICs in the shop laid relayed by all that hold nothing.
+// once, and none of those relays sends over the NICs in the same shop relayed (Beside::relayed).
 TEST(PlayedPropertyTest, ShopsRelayedByNonSendersDeliverEachElementOnce) {
   int shops = 0;
   for (int nics : {1, 2, 4})
@@ -172,7 +172,9 @@ TEST(PlayedPropertyTest, ShopsRelayedByNonSendersDeliverEachElementOnce) {
                 ++shops;
                 SCOPED_TRACE(::testing::Message()
                              << c.label << " " << c.description << " with " << nics
-                             << " NICs, level " << static_cast<int>(level) << " beside " << beside);
+                             << " NICs, level " << static_cast<int>(level) << " sources "
+                             << static_cast<int>(sources) << " funnel " << static_cast<int>(funnel)
+                             << " beside " << beside);
                 EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs));
                 rules.beside = detail::Beside::relayed;
                 const auto relayed = detail::nic_shop(batch, jobs, 8, 0, rules);
