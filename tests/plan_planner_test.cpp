@@ -2050,6 +2050,20 @@ TEST(PlannerTest, OnlyReceiversThatSendOverNoNicRelayBesideTheHolder) {
   EXPECT_LE(order_ratio(p, true), 1.1);
 }
 
+// Device 0 holds an int8 tensor of 512 MiB that device 1 beside it and one device on each of four
+// other hosts need: six hosts of two devices, two NICs each (random suite seed 2002 r12, split).
+// Device 1 stages the rail over NIC 1, and the holder sent it the other rail's parts over its link
+// too, after all its own sends: 1.099x the bound. Brought back to device 1 by that rail's chain
+// from its last host (RailOptions::home_back), the holder's port carries only its hand-overs and
+// its own rail, as the bound's send(h) counts: 1.048x.
+TEST(PlannerTest, ARailBringsTheHoldersNeighbourItsPartBack) {
+  Resharding p =
+      problem_of({536870912}, Mesh({1}, {0}), "S0", Mesh({6, 1}, {4, 7, 10, 2, 1, 0}), "R", 6, 2);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.06);
+}
+
 // Devices 0 and 1 each hold all of a float16 tensor of 512 MiB whose halves devices 8 and 9 of host
 // 1 need: three hosts of eight devices, eight NICs each (random suite seed 1707 r28). Host 0's six
 // other devices stage the NICs' shares, and device 0, the first holder, handed them all over while

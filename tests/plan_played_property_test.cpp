@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -206,20 +207,30 @@ std::vector<int64_t> host_sending(const Batch& batch, const std::vector<Op>& ops
   return out;
 }
 
-// The transfers relay_tree_jobs cuts deliver each element once, laid by either greedy, and the
-// busiest host sends less than with one op from the holders to each host.
-TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
-  int cut = 0, compared = 0;
-  for (int nics : {1, 2})
-    for (unsigned seed : {1105u, 2005u})
+// Calls `check(c, nics, batch, jobs)` for each case `c` of the random suites of `seeds` (30 cases
+// each) with each count of NICs per host: the case's batch and its broadcast jobs.
+template <typename Check>
+void for_each_random_case(std::initializer_list<int> nics_per_host,
+                          std::initializer_list<unsigned> seeds, Check check) {
+  for (int nics : nics_per_host)
+    for (unsigned seed : seeds)
       for (const BenchCase& c : random_suite(seed, 30)) {
         Resharding p = c.problem;
         p.cluster.nics_per_host = nics;
         const Batch batch = Batch::of_one(p);
-        const std::vector<detail::Job> jobs =
-            detail::make_jobs(batch, decompose(batch), Strategy::broadcast);
+        check(c, nics, batch, detail::make_jobs(batch, decompose(batch), Strategy::broadcast));
+      }
+}
+
+// The transfers relay_tree_jobs cuts deliver each element once, laid by either greedy, and the
+// busiest host sends less than with one op from the holders to each host.
+TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
+  int cut = 0, compared = 0;
+  for_each_random_case(
+      {1, 2}, {1105u, 2005u},
+      [&](const BenchCase& c, int nics, const Batch& batch, const std::vector<detail::Job>& jobs) {
         const std::vector<detail::Job> trees = detail::relay_tree_jobs(batch, jobs);
-        if (trees.empty()) continue;
+        if (trees.empty()) return;
         ++cut;
         SCOPED_TRACE(::testing::Message()
                      << c.label << " " << c.description << " with " << nics << " NICs");
@@ -234,8 +245,8 @@ TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
         for (const detail::Job& job : jobs)
           for (const detail::Transfer& t : job.transfers)
             one_holding_host =
-                one_holding_host && detail::hosts_of(t.candidates, p.cluster).size() == 1;
-        if (!one_holding_host) continue;
+                one_holding_host && detail::hosts_of(t.candidates, batch.cluster).size() == 1;
+        if (!one_holding_host) return;
         ++compared;
         const auto per_host = host_sending(
             batch, detail::balance_order(batch, jobs, PlanOptions{}, detail::Shape::per_host));
@@ -243,10 +254,44 @@ TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
             batch, detail::balance_order(batch, trees, PlanOptions{}, detail::Shape::chains));
         EXPECT_LT(*std::max_element(relayed.begin(), relayed.end()),
                   *std::max_element(per_host.begin(), per_host.end()));
-      }
+      });
   // The layouts reach transfers that are cut, some where every slice has one holding host.
   EXPECT_GE(cut, 8);
   EXPECT_GE(compared, 3);
+}
+
+// Rails that bring a single holder's neighbours their parts back (RailOptions::home_back) deliver
+// each element once, laid by either greedy and in lockstep with every deferral of the gathers.
+TEST(PlayedPropertyTest, RailsBroughtBackToTheHoldersHostDeliverEachElementOnce) {
+  int brought_back = 0;
+  for_each_random_case(
+      {2, 4}, {2001u, 2002u, 2009u, 2010u},
+      [&](const BenchCase& c, int nics, const Batch& batch, const std::vector<detail::Job>& jobs) {
+        for (bool per_receiver : {true, false}) {
+          const std::vector<detail::Job> rails = detail::rail_jobs(
+              batch, jobs, 8, 0, {.per_receiver = per_receiver, .home_back = true});
+          if (std::none_of(rails.begin(), rails.end(), [](const detail::Job& job) {
+                return std::any_of(job.transfers.begin(), job.transfers.end(),
+                                   [](const detail::Transfer& t) { return t.home_back; });
+              }))
+            continue;
+          ++brought_back;
+          SCOPED_TRACE(::testing::Message() << c.label << " " << c.description << " with " << nics
+                                            << " NICs, per receiver " << per_receiver);
+          for (detail::Receipts receipts :
+               {detail::Receipts::apart, detail::Receipts::over_nics_at_once})
+            EXPECT_NO_THROW(
+                validate_ops(batch, detail::balance_order(batch, rails, PlanOptions{},
+                                                          detail::Shape::chains, receipts)));
+          for (bool rotated : {false, true})
+            for (detail::Deferral deferral : {detail::Deferral::none, detail::Deferral::until_idle,
+                                              detail::Deferral::until_idle_or_never})
+              EXPECT_NO_THROW(validate_ops(
+                  batch, detail::balance_rounds(batch, rails, PlanOptions{}, rotated, deferral)));
+        }
+      });
+  // The layouts reach rails brought back.
+  EXPECT_GE(brought_back, 15);
 }
 
 // Device 0 holds a slice that one device on each of hosts 1 to n needs (one NIC per host).

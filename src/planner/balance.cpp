@@ -448,9 +448,17 @@ class OrderPlanner {
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];
       const int home_host = cluster.host_of(sender);
+      ChainKeys back = keys;
+      back.home_last = true;
       if (t.through_stage) {
         const DeviceId stage = t.stages[0];
-        consider(ops_of(op_to({stage}, sender, keys), op_to(t.receivers, stage, keys)), {-1, 0});
+        consider(ops_of(op_to({stage}, sender, keys),
+                        op_to(t.receivers, stage, t.home_back ? back : keys)),
+                 {-1, 0});
+        continue;
+      }
+      if (t.home_back) {
+        consider(ops_of(op_to(t.receivers, sender, back)), {});
         continue;
       }
       if (shape_ == Shape::chains) {
@@ -469,8 +477,6 @@ class OrderPlanner {
               {});
           // Or the receivers beside the sender last in the one chain, which brings the slice
           // back to them over NICs that may have nothing else to carry.
-          ChainKeys back = keys;
-          back.home_last = true;
           consider(ops_of(op_to(t.receivers, sender, back)), {});
         }
         continue;
@@ -723,7 +729,7 @@ std::vector<Op> balance_size(const Batch& batch, const std::vector<Job>& jobs,
 }
 
 std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
-                               const PlanOptions& options, bool rotated, bool deferred) {
+                               const PlanOptions& options, bool rotated, Deferral deferral) {
   const Cluster& cluster = batch.cluster;
   Loads loads(jobs, cluster);
   std::vector<const Job*> order;
@@ -817,7 +823,7 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
           ops.push_back(
               transfer_op({*stage}, t.host_turn, t.slice, job, sender, batch, options.chunk_bytes));
         sends.push_back(transfer_op(t.receivers, t.host_turn, t.slice, job, stage.value_or(sender),
-                                    batch, options.chunk_bytes));
+                                    batch, options.chunk_bytes, {.home_last = t.home_back}));
       }
     // The round's hand-overs before its sends: a holder that sends a rail over its own NIC too
     // would otherwise keep its stages waiting for that send (a device sends one op at a time).
@@ -843,11 +849,22 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
   for (auto& [transfers, follow_ups] : rounds)
     for (Op& op : std::exchange(follow_ups, {}))
       (needs_local(op) ? after_local : follow_ups).push_back(std::move(op));
+  // Per round: the devices that send in it and in every round after it.
+  std::vector<std::set<DeviceId>> sending_from(rounds.size() + 1);
+  if (deferral == Deferral::until_idle_or_never)
+    for (size_t r = rounds.size(); r-- > 0;) {
+      std::set<DeviceId> sending;
+      for (const Op& op : rounds[r].first)
+        for_each_sending_device(op, [&](DeviceId d) {
+          if (r + 1 == rounds.size() || sending_from[r + 1].contains(d)) sending.insert(d);
+        });
+      sending_from[r] = std::move(sending);
+    }
   std::vector<Op> waiting;  // follow-ups not placed yet
   for (size_t r = 0; r < rounds.size(); ++r) {
     auto& [transfers, follow_ups] = rounds[r];
     ops.insert(ops.end(), transfers.begin(), transfers.end());
-    if (!deferred) {
+    if (deferral == Deferral::none) {
       ops.insert(ops.end(), waiting.begin(), waiting.end());
       waiting = std::move(follow_ups);
       continue;
@@ -856,9 +873,12 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
     if (r + 1 < rounds.size())
       for (const Op& op : rounds[r + 1].first)
         for_each_sending_device(op, [&](DeviceId d) { busy.insert(d); });
+    const auto idle_later = [&](DeviceId d) {
+      return deferral == Deferral::until_idle || !sending_from[r + 1].contains(d);
+    };
     const auto sends_next = [&](const Op& op) {
       bool any = false;
-      for_each_sending_device(op, [&](DeviceId d) { any |= busy.contains(d); });
+      for_each_sending_device(op, [&](DeviceId d) { any |= busy.contains(d) && idle_later(d); });
       return any;
     };
     waiting.insert(waiting.end(), std::make_move_iterator(follow_ups.begin()),

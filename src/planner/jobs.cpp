@@ -254,12 +254,13 @@ std::vector<RailHost> rail_hosts(const Transfer& t, const Cluster& cluster, bool
 
 // The ops that give every receiver of `host` the whole `slice` once `parts[i]` has reached rail i:
 // an allgather where the rails are the receivers (of the slice split as allgather_part does, or
-// where the parts are cut otherwise, of each part held by its rail), else a send of each part from
-// its rail to each other receiver.
+// where the parts are cut otherwise, of each part held by its rail), else, or `by_sends`, a send of
+// each part from its rail to each other receiver.
 void gather_rails(const Batch& batch, const Job& job, const Box& slice,
-                  const std::vector<Box>& parts, const RailHost& host, std::vector<Op>& then) {
+                  const std::vector<Box>& parts, const RailHost& host, bool by_sends,
+                  std::vector<Op>& then) {
   const auto g = static_cast<int>(host.rails.size());
-  if (host.rails == host.receivers) {
+  if (host.rails == host.receivers && !by_sends) {
     bool equal = true;
     for (int i = 0; i < g; ++i) equal &= parts[i] == allgather_part(slice, g, i);
     std::vector<Piece> pieces;
@@ -355,11 +356,11 @@ std::map<int, std::vector<double>> port_loads(const std::vector<Job>& jobs,
 // holders alone: unequal rails load their NICs unequally, which costs where their NICs decide, as
 // where they take in from other holders too. Through a chain of hosts every relay forwards the
 // larger rail at its NIC's rate too, which holds it as long as the holder's port; its host's
-// gathers wait for a round in which it relays nothing (balance_rounds, `deferred`).
+// gathers wait for a round in which it relays nothing (balance_rounds, Deferral::until_idle).
 std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>& by_rail,
                             const std::map<int, std::set<DeviceId>>& sources,
                             const std::map<DeviceId, double>& home_share,
-                            const std::map<int, std::vector<double>>& loads,
+                            const std::map<int, std::vector<double>>& loads, bool home_back,
                             const Cluster& cluster) {
   const Box& slice = whole.slice;
   const auto g = static_cast<int>(by_rail.size());
@@ -409,6 +410,10 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
       staged;
   const auto m = static_cast<int>(holders.size());
   if (m > 1 && beside + staged > 0) return equal;
+  // With home_back, the rails bring the receivers beside a single holder their parts, not its
+  // port: it serves nobody beside it.
+  const int served = home_back && staged > 0 ? 0 : beside + staged;
+  const int kept = home_back && staged > 0 ? 0 : staged;
   // Weights: `own` for a holder's rail, 1 for each of the g - m staged ones, of which each holder
   // hands over o = (g - m) / m. Its port then sends own / nic + o / dev of rails and
   // (beside * w + staged * (w - 1)) / dev to its host (w the weights' sum, one holder), which
@@ -421,8 +426,7 @@ std::vector<Box> rail_parts(const Transfer& whole, const std::vector<Transfer*>&
   for (const auto& [holder, i] : direct) {
     const auto share = home_share.find(holder);
     const double home = share != home_share.end() ? share->second : 0;
-    weights[i] =
-        (1 - r * (o * (1 + beside + home + staged) - staged)) / (1 + r * (beside + home + staged));
+    weights[i] = (1 - r * (o * (1 + served + home) - kept)) / (1 + r * (served + home));
     if (weights[i] <= 0) return equal;
   }
   return cut_by_weights(slice, weights);
@@ -960,8 +964,8 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
-  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays, tapered] =
-      options;
+  const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays, tapered,
+              home_back] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -1069,7 +1073,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         }
         std::vector<Transfer*> by_rail(g);  // the rails just added, by rail index
         for (int j = 0; j < g; ++j) by_rail[(start + j) % g] = &part.transfers.end()[j - g];
-        const auto parts = rail_parts(whole, by_rail, sources, home_share, loads, cluster);
+        const auto parts =
+            rail_parts(whole, by_rail, sources, home_share, loads, home_back, cluster);
         // A rail with bytes may not enter a host at a device that receives the slice otherwise
         // (by another transfer, a gather, or a copy as a receiver that holds it: a part helped
         // from afar, helped_jobs, enters a host whose holders serve it): it would take those
@@ -1093,7 +1098,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           by_rail[i]->slice = parts[i];
           by_rail[i]->bytes = parts[i].volume() * element;
         }
-        for (const RailHost& h : hosts) gather_rails(batch, job, whole.slice, parts, h, part.then);
+        for (const RailHost& h : hosts)
+          gather_rails(batch, job, whole.slice, parts, h, home_back, part.then);
         // The receivers on hosts that hold the slice get it whole, over device links; a receiver
         // that stages a rail gets the other parts only.
         std::erase_if(whole.receivers,
@@ -1107,12 +1113,22 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           continue;
         }
         for (int i = 0; i < g; ++i) {
-          Transfer rest = whole;
-          rest.slice = parts[i];
-          rest.bytes = rest.slice.volume() * element;
-          std::erase(rest.receivers, staged[i]);
-          rest.splittable = false;
-          if (!rest.receivers.empty()) part.transfers.push_back(std::move(rest));
+          std::vector<DeviceId> rest = whole.receivers;
+          std::erase(rest, staged[i]);
+          if (rest.empty()) continue;
+          if (home_back) {
+            Transfer& rail = *by_rail[i];
+            rail.receivers.insert(rail.receivers.end(), rest.begin(), rest.end());
+            std::sort(rail.receivers.begin(), rail.receivers.end());
+            rail.home_back = true;
+            continue;
+          }
+          Transfer from_holder = whole;
+          from_holder.slice = parts[i];
+          from_holder.bytes = from_holder.slice.volume() * element;
+          from_holder.receivers = std::move(rest);
+          from_holder.splittable = false;
+          part.transfers.push_back(std::move(from_holder));
         }
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());

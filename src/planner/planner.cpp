@@ -419,18 +419,20 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // Lockstep rounds with each holder host's jobs of a round in the order that spreads them
     // over the receiving hosts, first fit, then rotated (balance_rounds): neither order wins
     // everywhere; each also with the rounds' gathers held back until their devices relay nothing
-    // (`deferred`), which wins through chains of three hosts or more.
-    const auto try_rounds = [&](const std::vector<detail::Job>& round_jobs) {
+    // (`held`: Deferral::until_idle, which wins through chains of three hosts or more).
+    const auto try_rounds = [&](const std::vector<detail::Job>& round_jobs,
+                                detail::Deferral held_until = detail::Deferral::until_idle) {
       std::vector<std::vector<Op>> in_order;  // by `rotated`
       for (bool rotated : {false, true}) {
         if (near()) return;
-        in_order.push_back(detail::balance_rounds(batch, round_jobs, options, rotated, false));
+        in_order.push_back(
+            detail::balance_rounds(batch, round_jobs, options, rotated, detail::Deferral::none));
         try_ops(in_order.back());
       }
       for (bool rotated : {false, true}) {
         if (near()) return;
         // Where no gather is held back, it is the plan just timed.
-        auto held = detail::balance_rounds(batch, round_jobs, options, rotated, true);
+        auto held = detail::balance_rounds(batch, round_jobs, options, rotated, held_until);
         if (held != in_order[rotated]) try_ops(std::move(held));
       }
     };
@@ -485,7 +487,9 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       rails_tried.emplace_back(rails, at_once_too);
       const double before = best;
       try_candidate(rails, options, detail::Shape::chains, at_once_too);
-      try_rounds(rails);
+      try_rounds(rails, any_transfer(rails, [](const detail::Transfer& t) { return t.home_back; })
+                            ? detail::Deferral::until_idle_or_never
+                            : detail::Deferral::until_idle);
       return best < before;
     };
     const bool spread = any_spread(batch, jobs);
@@ -511,6 +515,14 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           }
           lay_rails({.per_receiver = per_receiver, .home = true});
           if (near()) continue;
+          // Where a receiver beside a single holder stages a rail, the others there brought back
+          // by the rails (only where some are: else these rails differ only in their gathers).
+          const detail::RailOptions back{.per_receiver = per_receiver, .home_back = true};
+          if (const auto back_rails = rails_of(jobs, back);
+              any_transfer(back_rails, [](const detail::Transfer& t) { return t.home_back; })) {
+            if (try_laid_rails(back_rails)) fastest_laid_rails = back;
+            if (near()) continue;
+          }
           const detail::RailOptions beside{.per_receiver = per_receiver, .beside = true};
           const auto beside_rails = rails_of(jobs, beside);
           if (stage_count(beside_rails) == stage_count(rails)) continue;
