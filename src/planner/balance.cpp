@@ -416,6 +416,13 @@ class OrderPlanner {
                         : std::function<double(int)>([this](int host) { return duties_.of(host); }),
         spread ? std::function<double(DeviceId)>(std::cref(sending_ends))
                : std::function<double(DeviceId)>{}};
+    // The keys with the receivers beside the sender last in the chain (made only where asked:
+    // each copy of a std::function costs, for every transfer placed).
+    const auto home_last = [&] {
+      ChainKeys back = keys;
+      back.home_last = true;
+      return back;
+    };
     const auto op_to = [&](std::vector<DeviceId> receivers, DeviceId sender,
                            const ChainKeys& chain_keys) {
       work += 2 + static_cast<int64_t>(receivers.size());
@@ -448,17 +455,16 @@ class OrderPlanner {
     for (const auto& [idle, i] : ranked) {
       const DeviceId sender = t.candidates[i];
       const int home_host = cluster.host_of(sender);
-      ChainKeys back = keys;
-      back.home_last = true;
       if (t.through_stage) {
         const DeviceId stage = t.stages[0];
-        consider(ops_of(op_to({stage}, sender, keys),
-                        op_to(t.receivers, stage, t.home_back ? back : keys)),
+        consider(ops_of(op_to({stage}, sender, keys), t.home_back
+                                                          ? op_to(t.receivers, stage, home_last())
+                                                          : op_to(t.receivers, stage, keys)),
                  {-1, 0});
         continue;
       }
       if (t.home_back) {
-        consider(ops_of(op_to(t.receivers, sender, back)), {});
+        consider(ops_of(op_to(t.receivers, sender, home_last())), {});
         continue;
       }
       if (shape_ == Shape::chains) {
@@ -477,7 +483,7 @@ class OrderPlanner {
               {});
           // Or the receivers beside the sender last in the one chain, which brings the slice
           // back to them over NICs that may have nothing else to carry.
-          consider(ops_of(op_to(t.receivers, sender, back)), {});
+          consider(ops_of(op_to(t.receivers, sender, home_last())), {});
         }
         continue;
       }

@@ -1112,6 +1112,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           if (!whole.receivers.empty()) part.transfers.push_back(std::move(whole));
           continue;
         }
+        std::vector<Transfer> from_holders;  // added after the loop, which by_rail points into
         for (int i = 0; i < g; ++i) {
           std::vector<DeviceId> rest = whole.receivers;
           std::erase(rest, staged[i]);
@@ -1123,13 +1124,13 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
             rail.home_back = true;
             continue;
           }
-          Transfer from_holder = whole;
+          Transfer& from_holder = from_holders.emplace_back(whole);
           from_holder.slice = parts[i];
           from_holder.bytes = from_holder.slice.volume() * element;
           from_holder.receivers = std::move(rest);
           from_holder.splittable = false;
-          part.transfers.push_back(std::move(from_holder));
         }
+        std::move(from_holders.begin(), from_holders.end(), std::back_inserter(part.transfers));
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));

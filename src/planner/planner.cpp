@@ -73,6 +73,11 @@ bool any_transfer(const std::vector<detail::Job>& jobs, Pred pred) {
   return false;
 }
 
+// Whether some transfer brings a slice back to its holder's host (Transfer::home_back).
+bool any_brought_back(const std::vector<detail::Job>& jobs) {
+  return any_transfer(jobs, [](const detail::Transfer& t) { return t.home_back; });
+}
+
 // Whether some transfer takes its NIC longer than a message's latency: one smaller costs about a
 // latency in every shape, so only then can another plan come nearer the bound (and a batch of tiny
 // tensors spares the candidates' planning).
@@ -487,9 +492,8 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
       rails_tried.emplace_back(rails, at_once_too);
       const double before = best;
       try_candidate(rails, options, detail::Shape::chains, at_once_too);
-      try_rounds(rails, any_transfer(rails, [](const detail::Transfer& t) { return t.home_back; })
-                            ? detail::Deferral::until_idle_or_never
-                            : detail::Deferral::until_idle);
+      try_rounds(rails, any_brought_back(rails) ? detail::Deferral::until_idle_or_never
+                                                : detail::Deferral::until_idle);
       return best < before;
     };
     const bool spread = any_spread(batch, jobs);
@@ -518,8 +522,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           // Where a receiver beside a single holder stages a rail, the others there brought back
           // by the rails (only where some are: else these rails differ only in their gathers).
           const detail::RailOptions back{.per_receiver = per_receiver, .home_back = true};
-          if (const auto back_rails = rails_of(jobs, back);
-              any_transfer(back_rails, [](const detail::Transfer& t) { return t.home_back; })) {
+          if (const auto back_rails = rails_of(jobs, back); any_brought_back(back_rails)) {
             if (try_laid_rails(back_rails)) fastest_laid_rails = back;
             if (near()) continue;
           }
