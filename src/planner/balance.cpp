@@ -855,16 +855,17 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
   for (auto& [transfers, follow_ups] : rounds)
     for (Op& op : std::exchange(follow_ups, {}))
       (needs_local(op) ? after_local : follow_ups).push_back(std::move(op));
-  // Per round: the devices that send in it and in every round after it.
+  // Per round, and an empty one after the last: the devices that send in it, and (for
+  // Deferral::until_idle_or_never) those that send in it and in every round after it.
+  std::vector<std::set<DeviceId>> sending(rounds.size() + 1);
   std::vector<std::set<DeviceId>> sending_from(rounds.size() + 1);
-  if (deferral == Deferral::until_idle_or_never)
+  if (deferral != Deferral::none)
     for (size_t r = rounds.size(); r-- > 0;) {
-      std::set<DeviceId> sending;
       for (const Op& op : rounds[r].first)
-        for_each_sending_device(op, [&](DeviceId d) {
-          if (r + 1 == rounds.size() || sending_from[r + 1].contains(d)) sending.insert(d);
-        });
-      sending_from[r] = std::move(sending);
+        for_each_sending_device(op, [&](DeviceId d) { sending[r].insert(d); });
+      if (deferral == Deferral::until_idle_or_never)
+        for (DeviceId d : sending[r])
+          if (r + 1 == rounds.size() || sending_from[r + 1].contains(d)) sending_from[r].insert(d);
     }
   std::vector<Op> waiting;  // follow-ups not placed yet
   for (size_t r = 0; r < rounds.size(); ++r) {
@@ -875,10 +876,7 @@ std::vector<Op> balance_rounds(const Batch& batch, const std::vector<Job>& jobs,
       waiting = std::move(follow_ups);
       continue;
     }
-    std::set<DeviceId> busy;  // the devices that send in the next round
-    if (r + 1 < rounds.size())
-      for (const Op& op : rounds[r + 1].first)
-        for_each_sending_device(op, [&](DeviceId d) { busy.insert(d); });
+    const std::set<DeviceId>& busy = sending[r + 1];  // the devices that send in the next round
     const auto idle_later = [&](DeviceId d) {
       return deferral == Deferral::until_idle || !sending_from[r + 1].contains(d);
     };
