@@ -723,6 +723,37 @@ TEST(LowerBoundTest, ADeviceTakesInFromAfarOnlyOverItsOwnNic) {
   EXPECT_EQ(term_of(p), std::pair(BoundTerm::ports, int64_t{0}));
 }
 
+TEST(LowerBoundTest, TheSendPortsOfHostsThatHoldASliceTogetherCarryItOutAndPassOnWhatTheyNeed) {
+  // The example of docs/concepts.md (random suite seed 2208 r16 with eight NICs on hosts of
+  // eight): hosts 0-3 each hold a 512 MiB uint8 tensor in fifths on devices 0-4, and row r of a
+  // 7x7 mesh (devices 0-6 of host r) needs the r-th seventh. Hosts 4-6 take in 230 MB that only
+  // hosts 0-3 hold (out at 1.25 GB/s of some port each), and six devices of each holding host take
+  // their host's seventh from a holder beside them (12.5 GB/s); 26 of those receivers' rails may
+  // bring a tenth of it over their NICs instead: (A / nic + B / dev) / (32 + 26 nic / dev), 9.58
+  // ms, where each receiving host's eight NICs gave 7.67 ms (ports(S) of
+  // docs/concepts.md#lower-bound).
+  std::vector<DeviceId> src, dst;
+  for (int r = 0; r < 7; ++r)
+    for (int l = 0; l < 7; ++l) {
+      if (r < 4 && l < 5) src.push_back(r * 8 + l);
+      dst.push_back(r * 8 + l);
+    }
+  auto p = problem_of({536870912}, Mesh({4, 5}, src), "S1", Mesh({7, 7}, dst), "S0", 8, 8);
+  p.tensor.dtype = DType::uint8;
+  p.cluster.nics_per_host = 8;
+  const double seventh = 76695845;  // the last seventh is 3 B shorter
+  const double a = 3 * seventh - 3;
+  const double b = 4 * 6 * seventh;
+  const double nic = p.cluster.nic_bandwidth;
+  const double dev = p.cluster.device_bandwidth;
+  const double ports = (a / nic + b / dev) / (32 + 26 * nic / dev);
+  EXPECT_NEAR(ports, 0.009576, 5e-7);
+  EXPECT_NEAR(lower_bound(p, decompose(p)), ports + p.cluster.latency, 1e-9);
+  EXPECT_GT(ports, seventh / (8 * nic) + 0.0019);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::held_ports, int64_t{-1}));
+  EXPECT_GE(simulate(make_plan(p)).time_s, ports);
+}
+
 TEST(LowerBoundTest, HoldersTogetherSendWhatOnlyTheyHoldThroughTheirOwnLinks) {
   // Devices 0 and 1 of one host of 8 hold a 64 B tensor whose eighths all 8 devices need (4 B/s
   // links): the 48 B of devices 2-7 leave device 0 or 1 by its out-link, 48 B over 8 B/s, 6 s,

@@ -288,21 +288,29 @@ class HeldInside {
     groups_[{hs, hr}] += bytes;
   }
   ServedBeside& served() { return served_; }
+  // held(S): first(S, held(S)).
   double bound(const std::vector<SendCapacity>& capacity) const {
+    return most(served_.size(), [&](const std::vector<int>& set, double bytes) {
+      return least_send_time(capacity, set, bytes, served_.within(set, std::ssize(capacity)));
+    });
+  }
+  // The largest `term(S, held(S))` over the sets S (hosts by index, ascending), within the checks
+  // allowed, each set costing `extra` checks besides the groups.
+  template <class Term>
+  double most(size_t extra, const Term& term) const {
     std::set<std::vector<int>> sets;
     for (const auto& [key, bytes] : groups_) sets.insert(key.first);
     double most = 0;
     int64_t checks = 0;
     for (const std::vector<int>& set : sets) {
       if (checks > kMostChecks) break;
-      checks += static_cast<int64_t>(groups_.size() + served_.size());
+      checks += static_cast<int64_t>(groups_.size() + extra);
       double bytes = 0;
       for (const auto& [key, b] : groups_)
         if (std::includes(set.begin(), set.end(), key.first.begin(), key.first.end()) &&
             !std::includes(set.begin(), set.end(), key.second.begin(), key.second.end()))
           bytes += b;
-      most = std::max(
-          most, least_send_time(capacity, set, bytes, served_.within(set, std::ssize(capacity))));
+      most = std::max(most, term(set, bytes));
     }
     return most;
   }
@@ -341,52 +349,67 @@ class HeldByDevices {
   std::map<std::vector<int>, double> groups_;
 };
 
-// ports(h) of docs/concepts.md#lower-bound (which has the proof): the least time in which the send
-// ports of host `host`'s devices, one op at a time each, send `only` bytes out of the host (each
-// at most min(nic, dev) per second) and pass on over device links what its devices take in
-// (`receipts`, by the receiver's rail) but what comes in over the rail's NIC: a receipt that does
-// saves its dev-second. Of `stay` (by rail: receipts of slices only the host holds and only it
-// needs, at most `stay_takers` devices each) one that comes in over a NIC saves only what exceeds
-// the port time of the byte's leaving the host first.
-double ports_time(const Cluster& cluster, int host, double only, std::vector<double> receipts,
-                  std::vector<double> stay, int stay_takers) {
+// A rail of a host for ports_time: what its NIC takes in per second, its devices' receipts (and
+// stay) with the device link's rate, and what a byte of stay that comes in over the NIC saves.
+struct PortRail {
+  double rate = 0;
+  double receipts = 0;
+  double stay = 0;
+  double dev = 0;
+  double stay_saves = 0;
+};
+
+// The rails of host `host` for ports_time, from its `receipts` and `stay` by rail (at most
+// `stay_takers` devices take each slice of stay): a receipt that comes in over its rail's NIC saves
+// its dev-second; one of stay only what exceeds the port time of the byte's leaving the host first.
+void add_port_rails(const Cluster& cluster, int host, const std::vector<double>& receipts,
+                    const std::vector<double>& stay, int stay_takers,
+                    std::vector<PortRail>& rails) {
   const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
   const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
-  const double devices = cluster.devices_per_host;
-  const int nics = cluster.nics_of(host);
-  receipts.resize(static_cast<size_t>(nics), 0);
-  stay.resize(static_cast<size_t>(nics), 0);
   const double stay_saves = stay_takers > 0 ? std::max(0.0, 1 / dev - 1 / (stay_takers * own)) : 0;
-  double work = only / own;  // port seconds, none of the receipts over the NICs
-  std::vector<double> rate(static_cast<size_t>(nics));  // what each rail's NIC takes in per second
-  for (int n = 0; n < nics; ++n) {
-    work += (receipts[n] + stay[n]) / dev;
-    rate[n] = cluster.rail_bandwidth_of(host, n);
-  }
+  const auto at = [](const std::vector<double>& v, int n) {
+    return n < std::ssize(v) ? v[static_cast<size_t>(n)] : 0.0;
+  };
+  for (int n = 0; n < cluster.nics_of(host); ++n)
+    rails.push_back({.rate = cluster.rail_bandwidth_of(host, n),
+                     .receipts = at(receipts, n),
+                     .stay = at(stay, n),
+                     .dev = dev,
+                     .stay_saves = stay_saves});
+}
+
+// ports(h) of docs/concepts.md#lower-bound (which has the proof), and ports(S) for a set S of
+// hosts: the least time in which the send ports of `devices` devices, one op at a time each, spend
+// `leaving` port seconds sending bytes out of their hosts and pass on over device links what they
+// take in (`rails`' receipts and stay) but what comes in over the rails' NICs.
+double ports_time(double leaving, double devices, const std::vector<PortRail>& rails) {
+  double work = leaving;  // port seconds, none of the receipts over the NICs
+  for (const PortRail& r : rails) work += (r.receipts + r.stay) / r.dev;
   // The port seconds the rails' intake saves in T, and how fast that grows: per rail 1 / dev a
   // byte up to its receipts, then stay_saves a byte up to its stay.
   const auto saved = [&](double t) {
     double sum = 0;
-    for (int n = 0; n < nics; ++n)
-      sum += std::min(rate[n] * t, receipts[n]) / dev +
-             stay_saves * std::clamp(rate[n] * t - receipts[n], 0.0, stay[n]);
+    for (const PortRail& r : rails)
+      sum += std::min(r.rate * t, r.receipts) / r.dev +
+             r.stay_saves * std::clamp(r.rate * t - r.receipts, 0.0, r.stay);
     return sum;
   };
   const auto growth = [&](double t) {
     double sum = devices;
-    for (int n = 0; n < nics; ++n)
-      sum += rate[n] * t < receipts[n]             ? rate[n] / dev
-             : rate[n] * t < receipts[n] + stay[n] ? stay_saves * rate[n]
-                                                   : 0;
+    for (const PortRail& r : rails)
+      sum += r.rate * t < r.receipts            ? r.rate / r.dev
+             : r.rate * t < r.receipts + r.stay ? r.stay_saves * r.rate
+                                                : 0;
     return sum;
   };
   // devices × T + saved(T) grows with T, linearly between the points where a rail's intake passes
   // its receipts and then its stay: the least T where it reaches `work` lies after the last point
   // below it.
   std::vector<double> points;
-  for (int n = 0; n < nics; ++n)
-    if (rate[n] > 0)
-      points.insert(points.end(), {receipts[n] / rate[n], (receipts[n] + stay[n]) / rate[n]});
+  for (const PortRail& r : rails)
+    if (r.rate > 0)
+      points.insert(points.end(), {r.receipts / r.rate, (r.receipts + r.stay) / r.rate});
   std::sort(points.begin(), points.end());
   double from = 0;
   double to = -1;
@@ -666,6 +689,11 @@ LowerBound explain_lower_bound(const Batch& batch,
     bound.seconds = std::max(bound.seconds, seconds);
   };
   const auto host_id = [&](int h) { return hosts.id_at(h); };
+  // What a byte costs the port of a device of `host` that sends it over its NIC, at least.
+  const auto own_of = [&](int host) {
+    return std::min(cluster.single_nic_bandwidth_of(host),
+                    cluster.device_bandwidth_of(cluster.device_id(host, 0)));
+  };
   for (int h = 0; h < hosts.size(); ++h)
     consider(in[h] / cluster.nic_bandwidth_of(static_cast<int>(host_id(h))), BoundTerm::in,
              host_id(h));
@@ -679,14 +707,32 @@ LowerBound explain_lower_bound(const Batch& batch,
                         least_send_time(only_capacity(h), {0}, only[h])),
                BoundTerm::out, host_id(h));
   for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty())
-      consider(ports_time(cluster, static_cast<int>(host_id(h)), only[h], receipts[h], stay[h],
-                          stay_takers[h]),
+    if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty()) {
+      const auto host = static_cast<int>(host_id(h));
+      std::vector<PortRail> rails;
+      add_port_rails(cluster, host, receipts[h], stay[h], stay_takers[h], rails);
+      consider(ports_time(only[h] / own_of(host), cluster.devices_per_host, rails),
                BoundTerm::ports, host_id(h));
+    }
   consider(batch_pooled.bound(capacity), BoundTerm::first);
   for (size_t i = 0; i < tensor_bounds.size(); ++i)
     consider(tensor_bounds[i].bound(capacity), BoundTerm::first_tensor, static_cast<int64_t>(i));
   consider(held.bound(capacity), BoundTerm::held);
+  // ports(S): held(S) leaves S by its devices' ports, which also pass on what S's devices take in.
+  consider(held.most(0,
+                     [&](const std::vector<int>& set, double bytes) {
+                       double own = 0;  // the cheapest way out of S, per port second
+                       std::vector<PortRail> rails;
+                       for (int h : set) {
+                         const auto host = static_cast<int>(host_id(h));
+                         own = std::max(own, own_of(host));
+                         add_port_rails(cluster, host, receipts[h], stay[h], stay_takers[h], rails);
+                       }
+                       return ports_time(
+                           bytes / own,
+                           static_cast<double>(std::ssize(set)) * cluster.devices_per_host, rails);
+                     }),
+           BoundTerm::held_ports);
   consider(port_seconds / cluster.devices(), BoundTerm::hops);
   for (int d = 0; d < devices.size(); ++d)
     consider(dev_in[d] / dev[d], BoundTerm::dev_in, devices.id_at(d));
@@ -733,6 +779,8 @@ std::string_view to_string(BoundTerm term) {
       return "first_tensor";
     case BoundTerm::held:
       return "held";
+    case BoundTerm::held_ports:
+      return "held_ports";
     case BoundTerm::hops:
       return "hops";
     case BoundTerm::dev_in:
@@ -783,6 +831,9 @@ std::string describe(const LowerBound& bound, const Batch& batch) {
           tensor());
     case BoundTerm::held:
       return "held(S): what only a set of hosts holds leaves it at most at its hosts' rate";
+    case BoundTerm::held_ports:
+      return "ports(S): the send ports of a set of hosts' devices, one op at a time, carry what "
+             "only the set holds out of it and what its devices pass to each other";
     case BoundTerm::hops:
       return "hops: every hop holds a device's send port, and the cluster's devices have one each";
     case BoundTerm::dev_in:

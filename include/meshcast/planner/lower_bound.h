@@ -30,6 +30,7 @@ enum class BoundTerm {
   first,         // first(∪ HS(t), Σ b) over the batch's tasks that must cross a NIC
   first_tensor,  // the same over one tensor's tasks
   held,          // first(S, held(S)) for a set S of hosts
+  held_ports,    // ports(S): the send ports of a set S of hosts' devices
   hops,          // the send-port seconds of every hop, over the cluster's devices
   dev_in,        // dev_in(d) / dev(d): what a device takes in over its link
   dev_only,      // dev_only(d) / dev(d): what only a device holds, sent over its link
