@@ -32,15 +32,30 @@ void validate_ops(const Batch& batch, std::vector<Op> ops) {
   validate_plan(plan);
 }
 
+// How many plays passed pieces on in rings and so differed from those that passed them on from
+// where they entered.
+int ringed_plays = 0;
+
 // The ops of `steps` played as a plan of `batch`, with forwards after the sends over the NICs and
-// between them: an exception names what is wrong.
+// between them, each passed on from where a piece entered and in rings: an exception names what
+// is wrong.
 void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& steps,
                      const std::vector<detail::Job>& jobs) {
-  for (detail::Forwards forwards : {detail::Forwards::after_sends, detail::Forwards::between_sends})
-    validate_ops(batch, detail::play_steps(batch, steps, jobs, {.stock = 3, .forwards = forwards}));
+  for (detail::Forwards forwards :
+       {detail::Forwards::after_sends, detail::Forwards::between_sends}) {
+    std::vector<Op> from_entry =
+        detail::play_steps(batch, steps, jobs, {.stock = 3, .forwards = forwards});
+    std::vector<Op> in_rings = detail::play_steps(
+        batch, steps, jobs,
+        {.stock = 3, .forwards = forwards, .passing = detail::Passing::in_rings});
+    ringed_plays += in_rings != from_entry;
+    validate_ops(batch, std::move(from_entry));
+    validate_ops(batch, std::move(in_rings));
+  }
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
+  ringed_plays = 0;
   int shops = 0, several_receivers = 0, phased = 0, relayed = 0, by_all = 0, fed = 0, mirrored = 0,
       fine = 0, rails = 0;
   for (int nics : {1, 2, 4})
@@ -143,6 +158,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
   EXPECT_GT(mirrored, 40);
   EXPECT_GT(fine, 40);
   EXPECT_GT(rails, 100);
+  EXPECT_GT(ringed_plays, 100);
 }
 
 // Shops relayed beside their holders only by receivers that send over no NIC deliver each element

@@ -1648,9 +1648,50 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   return std::move(layer).steps();
 }
 
-std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
+namespace {
+
+// Passing::in_rings: the steps that send one piece from one device to several others beside it,
+// and that nothing waits for, made a chain through those devices in the order of their local
+// index after the sender's (cyclic), each step after the one before it.
+std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> steps) {
+  std::vector<bool> waited_for(steps.size(), false);
+  for (const PlayStep& step : steps)
+    if (step.after >= 0) waited_for[static_cast<size_t>(step.after)] = true;
+  // The steps of each piece's fan, by what they wait for, their sender and their piece.
+  std::map<std::tuple<int, DeviceId, const Job*, Box>, std::vector<size_t>> fans;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (const PlayStep& step = steps[i];
+        !waited_for[i] && !step.hand_over && c.host_of(step.from) == c.host_of(step.to))
+      fans[{step.after, step.from, step.job, step.slice}].push_back(i);
+  const int g = c.devices_per_host;
+  for (const auto& [key, fan] : fans) {
+    if (fan.size() < 2) continue;
+    const DeviceId sender = std::get<1>(key);
+    const auto after_sender = [&](DeviceId d) {
+      return (c.local_of(d) - c.local_of(sender) + g) % g;
+    };
+    std::vector<DeviceId> ring;
+    for (size_t i : fan) ring.push_back(steps[i].to);
+    std::sort(ring.begin(), ring.end(),
+              [&](DeviceId a, DeviceId b) { return after_sender(a) < after_sender(b); });
+    for (size_t j = 1; j < fan.size(); ++j) {  // fan is ascending: each waits for an earlier step
+      PlayStep& step = steps[fan[j]];
+      step.from = ring[j - 1];
+      step.after = static_cast<int>(fan[j - 1]);
+    }
+    for (size_t j = 0; j < fan.size(); ++j) steps[fan[j]].to = ring[j];
+  }
+  return steps;
+}
+
+}  // namespace
+
+std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& given,
                            const std::vector<Job>& jobs, const PlayRules& rules) {
   const Cluster& c = batch.cluster;
+  const std::vector<PlayStep> ringed =
+      rules.passing == Passing::in_rings ? passed_in_rings(c, given) : std::vector<PlayStep>{};
+  const std::vector<PlayStep>& plays = rules.passing == Passing::in_rings ? ringed : given;
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
   // link, and across hosts the two NICs (a sender's own link carries its one step, and limits its
