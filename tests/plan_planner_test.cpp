@@ -2099,9 +2099,9 @@ TEST(PlannerTest, ARailBringsTheHoldersNeighbourItsPartBack) {
 // one on each of their devices: three hosts of eight devices, eight NICs each (random suite seed
 // 2208 r9). Each device takes in 490 MiB over its link, the bound. Each piece from hosts 1 and 2
 // entered at a receiver that passed it on to the six others: several entries sent into one
-// receiver's link at a time while other links idled, 1.278x. Passed on in rings (detail::Passing),
-// each device sends every piece to the next by local index and takes in from the one before:
-// 1.042x.
+// receiver's link at a time while other links idled, 1.278x. Passed on in rings
+// (detail::passed_in_rings), each device sends every piece to the next by local index and takes in
+// from the one before: 1.042x.
 TEST(PlannerTest, PiecesArePassedOnInsideAHostInARing) {
   Resharding p = problem_of({268435462}, Mesh({3, 8}, first_devices(24)), "S01",
                             Mesh({7}, first_devices(7)), "R", 3, 8);

@@ -45,9 +45,9 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
        {detail::Forwards::after_sends, detail::Forwards::between_sends}) {
     std::vector<Op> from_entry =
         detail::play_steps(batch, steps, jobs, {.stock = 3, .forwards = forwards});
-    std::vector<Op> in_rings = detail::play_steps(
-        batch, steps, jobs,
-        {.stock = 3, .forwards = forwards, .passing = detail::Passing::in_rings});
+    std::vector<Op> in_rings =
+        detail::play_steps(batch, detail::passed_in_rings(batch.cluster, steps), jobs,
+                           {.stock = 3, .forwards = forwards});
     ringed_plays += in_rings != from_entry;
     validate_ops(batch, std::move(from_entry));
     validate_ops(batch, std::move(in_rings));

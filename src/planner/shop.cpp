@@ -1648,11 +1648,6 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   return std::move(layer).steps();
 }
 
-namespace {
-
-// Passing::in_rings: the steps that send one piece from one device to several others beside it,
-// and that nothing waits for, made a chain through those devices in the order of their local
-// index after the sender's (cyclic), each step after the one before it.
 std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> steps) {
   std::vector<bool> waited_for(steps.size(), false);
   for (const PlayStep& step : steps)
@@ -1684,14 +1679,9 @@ std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> st
   return steps;
 }
 
-}  // namespace
-
-std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& given,
+std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& plays,
                            const std::vector<Job>& jobs, const PlayRules& rules) {
   const Cluster& c = batch.cluster;
-  const std::vector<PlayStep> ringed =
-      rules.passing == Passing::in_rings ? passed_in_rings(c, given) : std::vector<PlayStep>{};
-  const std::vector<PlayStep>& plays = rules.passing == Passing::in_rings ? ringed : given;
   const NicIds nic_id(c);
   // The links a step shares with others, as the simulator shares them: its receiver's device
   // link, and across hosts the two NICs (a sender's own link carries its one step, and limits its

@@ -210,6 +210,15 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                                                 int rounds, int64_t min_piece_bytes,
                                                 const RailRules& rules);
 
+// The steps by which a device passes one piece on to several devices beside it, and that no step
+// waits for, made to go round the host instead: to the first of them by local index after the
+// sender's, which passes it to the next, and so on. Passed on from where it entered, a host's
+// entries sent into one receiver's link at once while other links idled (random suite seed 2208
+// r9 on hosts of 8 devices and 8 NICs: 1.278x the bound; in rings 1.042x); but the last receiver
+// takes a piece a hop per receiver later, and played so instead, more cases played slower than
+// faster with four NICs.
+std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> steps);
+
 // The steps' ops in the order a play of the simulator's rules starts them, each device choosing
 // its next step when its last one ends (then the copies of `jobs`): a hand-over to a stage with
 // fewer than `stock` sends it could start (with `stock_counts_coming`, counting the hand-overs on
@@ -234,21 +243,10 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // the next host first and then all to the one receiver beside them took turns at its device link
 // once the NICs were done, 1.8x the bound (random suite seed 1505 r14 on hosts of 8 devices and 8
 // NICs); but so for every play, more cases played slower than faster.
-// With `Passing::in_rings`, the steps by which a device passes one piece on to several devices
-// beside it, and that no step waits for, go round the host instead: to the first of them by local
-// index after the sender's, which passes it to the next, and so on. Passed on from where it
-// entered, a host's entries sent into one receiver's link at once while other links idled (random
-// suite seed 2208 r9 on hosts of 8 devices and 8 NICs: 1.278x the bound; in rings 1.042x); but
-// the last receiver takes a piece a hop per receiver later, and in every play more cases played
-// slower than faster with four NICs.
-// The phases: what each pair of NICs carries cut into matchings whose lengths add up to the busiest
-// NIC's bytes (each NIC sends into one NIC and takes in from one at a time; with work that may be
-// cut anywhere no NIC would wait), each step in the phase of its pair where its middle byte falls.
 enum class HandOvers { in_order, to_idle_nics };
 enum class Turns { most_left_first, least_left_first };
 enum class Sends { to_idle_nics, in_phases, to_idle_pairs };
 enum class Forwards { after_sends, between_sends };
-enum class Passing { from_entry, in_rings };
 struct PlayRules {
   int stock = 1;
   bool stock_counts_coming = false;
@@ -257,7 +255,6 @@ struct PlayRules {
   Turns turns = Turns::most_left_first;
   Sends sends = Sends::to_idle_nics;
   Forwards forwards = Forwards::after_sends;
-  Passing passing = Passing::from_entry;
 };
 std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& steps,
                            const std::vector<Job>& jobs, const PlayRules& rules);
