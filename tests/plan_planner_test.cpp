@@ -2116,7 +2116,7 @@ TEST(PlannerTest, ARailBringsTheHoldersNeighbourItsPartBack) {
 // entered at a receiver that passed it on to the six others: several entries sent into one
 // receiver's link at a time while other links idled, 1.278x. Passed on in rings
 // (detail::passed_in_rings), each device sends every piece to the next by local index and takes in
-// from the one before: 1.042x.
+// from the one before: 1.039x.
 TEST(PlannerTest, PiecesArePassedOnInsideAHostInARing) {
   Resharding p = problem_of({268435462}, Mesh({3, 8}, first_devices(24)), "S01",
                             Mesh({7}, first_devices(7)), "R", 3, 8);

@@ -214,7 +214,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 // waits for, made to go round the host instead: to the first of them by local index after the
 // sender's, which passes it to the next, and so on. Passed on from where it entered, a host's
 // entries sent into one receiver's link at once while other links idled (random suite seed 2208
-// r9 on hosts of 8 devices and 8 NICs: 1.278x the bound; in rings 1.042x); but the last receiver
+// r9 on hosts of 8 devices and 8 NICs: 1.278x the bound; in rings 1.039x); but the last receiver
 // takes a piece a hop per receiver later, and played so instead, more cases played slower than
 // faster with four NICs.
 std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> steps);
@@ -243,6 +243,9 @@ std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> st
 // the next host first and then all to the one receiver beside them took turns at its device link
 // once the NICs were done, 1.8x the bound (random suite seed 1505 r14 on hosts of 8 devices and 8
 // NICs); but so for every play, more cases played slower than faster.
+// The phases: what each pair of NICs carries cut into matchings whose lengths add up to the busiest
+// NIC's bytes (each NIC sends into one NIC and takes in from one at a time; with work that may be
+// cut anywhere no NIC would wait), each step in the phase of its pair where its middle byte falls.
 enum class HandOvers { in_order, to_idle_nics };
 enum class Turns { most_left_first, least_left_first };
 enum class Sends { to_idle_nics, in_phases, to_idle_pairs };
