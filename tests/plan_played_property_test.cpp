@@ -32,15 +32,12 @@ void validate_ops(const Batch& batch, std::vector<Op> ops) {
   validate_plan(plan);
 }
 
-// How many plays passed pieces on in rings and so differed from those that passed them on from
-// where they entered.
-int ringed_plays = 0;
-
 // The ops of `steps` played as a plan of `batch`, with forwards after the sends over the NICs and
 // between them, each passed on from where a piece entered and in rings: an exception names what
-// is wrong.
-void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& steps,
-                     const std::vector<detail::Job>& jobs) {
+// is wrong. How many of the plays in rings differ from those passed on from where pieces entered.
+int validate_played(const Batch& batch, const std::vector<detail::PlayStep>& steps,
+                    const std::vector<detail::Job>& jobs) {
+  int ringed = 0;
   for (detail::Forwards forwards :
        {detail::Forwards::after_sends, detail::Forwards::between_sends}) {
     std::vector<Op> from_entry =
@@ -48,14 +45,15 @@ void validate_played(const Batch& batch, const std::vector<detail::PlayStep>& st
     std::vector<Op> in_rings =
         detail::play_steps(batch, detail::passed_in_rings(batch.cluster, steps), jobs,
                            {.stock = 3, .forwards = forwards});
-    ringed_plays += in_rings != from_entry;
+    ringed += in_rings != from_entry;
     validate_ops(batch, std::move(from_entry));
     validate_ops(batch, std::move(in_rings));
   }
+  return ringed;
 }
 
 TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
-  ringed_plays = 0;
+  int ringed_plays = 0;  // plays in rings that differ from those passed on from the entries
   int shops = 0, several_receivers = 0, phased = 0, relayed = 0, by_all = 0, fed = 0, mirrored = 0,
       fine = 0, rails = 0;
   for (int nics : {1, 2, 4})
@@ -104,7 +102,8 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                         fed += feeds == detail::Feeds::least_busy_holder;
                         mirrored += entries == detail::Entries::mirrored;
                         fine += quanta == detail::Quanta::fine;
-                        EXPECT_NO_THROW(validate_played(batch, detail::shop_steps(*shop), jobs))
+                        EXPECT_NO_THROW(ringed_plays +=
+                                        validate_played(batch, detail::shop_steps(*shop), jobs))
                             << c.label << " " << c.description << " with " << nics
                             << " NICs, level " << static_cast<int>(level) << " sources "
                             << static_cast<int>(sources) << " funnel " << static_cast<int>(funnel)
@@ -139,7 +138,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                                                     {.pick = pick, .how = how, .relays = relays});
               if (!steps) continue;
               ++rails;
-              EXPECT_NO_THROW(validate_played(batch, *steps, jobs))
+              EXPECT_NO_THROW(ringed_plays += validate_played(batch, *steps, jobs))
                   << c.label << " " << c.description << " with " << nics << " NICs, pick "
                   << static_cast<int>(pick) << " how " << static_cast<int>(how) << " relays "
                   << static_cast<int>(relays);

@@ -359,6 +359,13 @@ struct PortRail {
   double stay_saves = 0;
 };
 
+// What a byte a device of `host` sends over its NIC costs its send port at least, per second: the
+// NIC's or the device link's rate, whichever is lower.
+double own_rate(const Cluster& cluster, int host) {
+  return std::min(cluster.single_nic_bandwidth_of(host),
+                  cluster.device_bandwidth_of(cluster.device_id(host, 0)));
+}
+
 // The rails of host `host` for ports_time, from its `receipts` and `stay` by rail (at most
 // `stay_takers` devices take each slice of stay): a receipt that comes in over its rail's NIC saves
 // its dev-second; one of stay only what exceeds the port time of the byte's leaving the host first.
@@ -366,7 +373,7 @@ void add_port_rails(const Cluster& cluster, int host, const std::vector<double>&
                     const std::vector<double>& stay, int stay_takers,
                     std::vector<PortRail>& rails) {
   const double dev = cluster.device_bandwidth_of(cluster.device_id(host, 0));
-  const double own = std::min(cluster.single_nic_bandwidth_of(host), dev);
+  const double own = own_rate(cluster, host);
   const double stay_saves = stay_takers > 0 ? std::max(0.0, 1 / dev - 1 / (stay_takers * own)) : 0;
   const auto at = [](const std::vector<double>& v, int n) {
     return n < std::ssize(v) ? v[static_cast<size_t>(n)] : 0.0;
@@ -528,9 +535,8 @@ LowerBound explain_lower_bound(const Batch& batch,
   double across = 0;
   double inside = 0;
   for (int h = 0; h < cluster.hosts; ++h) {
-    const double dev = cluster.device_bandwidth_of(cluster.device_id(h, 0));
-    across = std::max(across, std::min(cluster.single_nic_bandwidth_of(h), dev));
-    inside = std::max(inside, dev);
+    across = std::max(across, own_rate(cluster, h));
+    inside = std::max(inside, cluster.device_bandwidth_of(cluster.device_id(h, 0)));
   }
   double port_seconds = 0;
   for (const auto& of_tensor : tasks) {
@@ -689,11 +695,6 @@ LowerBound explain_lower_bound(const Batch& batch,
     bound.seconds = std::max(bound.seconds, seconds);
   };
   const auto host_id = [&](int h) { return hosts.id_at(h); };
-  // What a byte costs the port of a device of `host` that sends it over its NIC, at least.
-  const auto own_of = [&](int host) {
-    return std::min(cluster.single_nic_bandwidth_of(host),
-                    cluster.device_bandwidth_of(cluster.device_id(host, 0)));
-  };
   for (int h = 0; h < hosts.size(); ++h)
     consider(in[h] / cluster.nic_bandwidth_of(static_cast<int>(host_id(h))), BoundTerm::in,
              host_id(h));
@@ -711,7 +712,7 @@ LowerBound explain_lower_bound(const Batch& batch,
       const auto host = static_cast<int>(host_id(h));
       std::vector<PortRail> rails;
       add_port_rails(cluster, host, receipts[h], stay[h], stay_takers[h], rails);
-      consider(ports_time(only[h] / own_of(host), cluster.devices_per_host, rails),
+      consider(ports_time(only[h] / own_rate(cluster, host), cluster.devices_per_host, rails),
                BoundTerm::ports, host_id(h));
     }
   consider(batch_pooled.bound(capacity), BoundTerm::first);
@@ -725,7 +726,7 @@ LowerBound explain_lower_bound(const Batch& batch,
                        std::vector<PortRail> rails;
                        for (int h : set) {
                          const auto host = static_cast<int>(host_id(h));
-                         own = std::max(own, own_of(host));
+                         own = std::max(own, own_rate(cluster, host));
                          add_port_rails(cluster, host, receipts[h], stay[h], stay_takers[h], rails);
                        }
                        return ports_time(
