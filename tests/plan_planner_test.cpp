@@ -1986,6 +1986,27 @@ TEST(PlannerTest, ReceiversOnHostsThatHoldTheirSliceExchangeParts) {
   }
 }
 
+// Devices 0 and 1 of each of 8 hosts of four hold the tensor's halves; every device of hosts
+// 0-6 needs a quarter (random suite seed 2401 r13). Device 1 of each host serves its second half
+// to devices 2 and 3 beside it over its one link: 256 MiB while the NICs idled. Exchanged, each
+// host's part went to device 1 (which sends the rest, so relaying at NIC speed held it) and on
+// through the six other hosts, each host's part after the other's (1.89x). A receiver that sends
+// nothing else now relays, each host's part to the next host only (1.100x -> 1.050x with one NIC;
+// 1.201x -> 1.107x with two, where the receipts of device 2 and 3 over the NICs and beside them
+// go at once).
+TEST(PlannerTest, EachHostPassesItsPartToTheNextByAReceiverThatSendsNothingElse) {
+  std::vector<DeviceId> halves;
+  for (int host = 0; host < 8; ++host) halves.insert(halves.end(), {4 * host, 4 * host + 1});
+  for (const auto& [nics, within] : {std::pair{1, 1.055}, std::pair{2, 1.11}}) {
+    SCOPED_TRACE(nics);
+    Resharding p = problem_of({134217730}, Mesh({8, 2}, halves), "S1",
+                              Mesh({7, 4}, first_devices(28)), "S1", 8, 4);
+    p.tensor.dtype = DType::int32;
+    p.cluster.nics_per_host = nics;
+    EXPECT_LE(order_ratio(p, false), within);
+  }
+}
+
 // Device 1 alone holds 512 MiB that every device of hosts 0-4 needs, with two NICs per host
 // (random suite seed 1104 r15). On rails each round's part enters a host at one receiver, which
 // then sends it to the host's three others: the last round's sends and the first round's

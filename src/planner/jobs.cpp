@@ -629,51 +629,64 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
   return out;
 }
 
-std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs) {
+std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs, Exchange how) {
   const Cluster& cluster = batch.cluster;
+  // A receiver that relays a part over the NICs must send nothing else: a holder that did would
+  // spend its port, which its own sends need, at NIC speed.
+  std::set<DeviceId> senders;
+  for (const Job& job : jobs)
+    for (const Transfer& t : job.transfers)
+      senders.insert(t.candidates.begin(), t.candidates.end());
+  const auto relays_of = [&](const Transfer& t) {
+    std::vector<DeviceId> relays;
+    std::copy_if(t.receivers.begin(), t.receivers.end(), std::back_inserter(relays),
+                 [&](DeviceId r) { return !senders.contains(r); });
+    return relays;
+  };
   // Per job: its transfers into their holders' hosts (each into one host that holds the slice, from
-  // holders there), where two or more hosts take in the same slice so.
+  // holders there, with a receiver that may relay), where two or more hosts take in the same slice
+  // so.
   std::vector<std::vector<const Transfer*>> shared_of(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (!jobs[j].only_copies_follow()) continue;
     std::vector<const Transfer*>& local = shared_of[j];
     for (const Transfer& t : jobs[j].transfers)
-      if (!t.helpers.empty() && t.splittable && hosts_of(t.candidates, cluster).size() == 1)
+      if (!t.helpers.empty() && t.splittable && hosts_of(t.candidates, cluster).size() == 1 &&
+          !relays_of(t).empty())
         local.push_back(&t);
     if (local.size() < 2 || std::any_of(local.begin(), local.end(), [&](const Transfer* t) {
           return t->slice != local[0]->slice;
         }))
       local.clear();
   }
-  // Per host: the bytes its holders serve beside them, and of those, the bytes its receivers
-  // could take from receivers on other hosts (each shared slice once per other host).
-  std::map<int, double> served, shareable;
-  std::map<int, std::set<DeviceId>> holders;
-  std::map<int, std::set<int>> nics;  // those of the receivers of shared slices
+  // Per holder: the bytes it serves beside it, and of those, the bytes its host's receivers could
+  // take from receivers on other hosts (each shared slice once per other host), and the NICs
+  // those enter by. A slice of several holders counts for each in equal parts.
+  std::map<DeviceId, double> served, shareable;
+  std::map<DeviceId, std::set<int>> nics;
   for (size_t j = 0; j < jobs.size(); ++j) {
     for (const Transfer& t : jobs[j].transfers) {
       if (t.helpers.empty() || hosts_of(t.candidates, cluster).size() != 1) continue;
-      const int host = cluster.host_of(t.candidates[0]);
-      served[host] += static_cast<double>(t.bytes);
-      holders[host].insert(t.candidates.begin(), t.candidates.end());
+      for (DeviceId d : t.candidates)
+        served[d] += static_cast<double>(t.bytes) / static_cast<double>(t.candidates.size());
     }
-    for (const Transfer* t : shared_of[j]) {
-      const int host = cluster.host_of(t->candidates[0]);
-      shareable[host] +=
-          static_cast<double>(t->bytes) * static_cast<double>(shared_of[j].size() - 1);
-      for (DeviceId r : t->receivers) nics[host].insert(cluster.nic_of(r));
-    }
+    for (const Transfer* t : shared_of[j])
+      for (DeviceId d : t->candidates) {
+        shareable[d] += static_cast<double>(t->bytes) *
+                        static_cast<double>(shared_of[j].size() - 1) /
+                        static_cast<double>(t->candidates.size());
+        for (DeviceId r : t->receivers) nics[d].insert(cluster.nic_of(r));
+      }
   }
-  // Each host's share of what it serves that should come in over the NICs of the receivers of
-  // shared slices (the parts enter there), so that its holders' device links and those NICs end
-  // together; as a share of each slice it takes from each other host.
-  std::map<int, double> share;
-  for (const auto& [host, bytes] : shareable) {
-    double near = 0;
-    for (DeviceId d : holders[host]) near += cluster.device_bandwidth_of(d);
-    const double afar =
-        cluster.single_nic_bandwidth_of(host) * static_cast<double>(nics[host].size());
-    share[host] = served[host] * afar / (afar + near) / bytes;
+  // Each holder's share of what it serves that should come in over those NICs, so that its
+  // device link and the NICs end together; as a share of each slice it takes from each other
+  // host. A slice's parts are sized by the least share of its holders.
+  std::map<DeviceId, double> share;
+  for (const auto& [holder, bytes] : shareable) {
+    const double near = cluster.device_bandwidth_of(holder);
+    const double afar = cluster.single_nic_bandwidth_of(cluster.host_of(holder)) *
+                        static_cast<double>(nics[holder].size());
+    share[holder] = served[holder] * afar / (afar + near) / bytes;
   }
   // The parts that cross between hosts come first, in jobs of their own, so that the relays
   // have them to pass on while the holders serve the rest beside them.
@@ -685,52 +698,99 @@ std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs
       out.push_back(job);
       continue;
     }
-    const double m = static_cast<double>(shared.size());
-    double f = 1 / m;
-    for (const Transfer* t : shared) f = std::min(f, share.at(cluster.host_of(t->candidates[0])));
-    std::vector<double> weights(shared.size() + 1, f);
-    weights[0] = 1 - m * f;
+    // The share of the slice each host takes from afar, and the hosts each host's part goes to:
+    // the next one, or every other.
+    const size_t m = shared.size();
+    const size_t k = how == Exchange::next_host ? 1 : m - 1;
+    if (how == Exchange::every_host && k == 1) {  // (the same as to the next host)
+      out.push_back(job);
+      continue;
+    }
+    double f = 1 / static_cast<double>(m);
+    for (const Transfer* t : shared)
+      for (DeviceId d : t->candidates)
+        f = std::min(f, share.at(d) * static_cast<double>(m - 1) / static_cast<double>(k));
+    std::vector<double> weights(m + 1, f);
+    weights[0] = 1 - static_cast<double>(m) * f;
     const std::vector<Box> parts = cut_at_weights(shared[0]->slice, weights);
     if (std::any_of(parts.begin() + 1, parts.end(), [](const Box& b) { return b.empty(); })) {
       out.push_back(job);
       continue;
     }
+    // Parts `first` to `last` as one box (they are consecutive along the dimension cut).
+    const int cut = longest_dimension(shared[0]->slice);
+    const auto parts_from = [&](size_t first, size_t last) {
+      Box box = parts[first];
+      box.dims[cut].hi = parts[last].dims[cut].hi;
+      return box;
+    };
+    std::vector<size_t> ring(m);  // the shared transfers by host
+    std::iota(ring.begin(), ring.end(), 0);
+    std::sort(ring.begin(), ring.end(), [&](size_t x, size_t y) {
+      return cluster.host_of(shared[x]->candidates[0]) < cluster.host_of(shared[y]->candidates[0]);
+    });
     const int element = element_size(batch, job.tensor);
-    std::vector<DeviceId> everyone;
-    for (const Transfer* t : shared)
-      everyone.insert(everyone.end(), t->receivers.begin(), t->receivers.end());
     Job near = job;
     near.transfers.clear();
     for (const Transfer& t : job.transfers)
       if (std::find(shared.begin(), shared.end(), &t) == shared.end()) near.transfers.push_back(t);
     Job exchange{.tensor = job.tensor, .task = job.task};
-    for (size_t i = 0; i < shared.size(); ++i) {
-      const Transfer& t = *shared[i];
+    for (size_t p = 0; p < m; ++p) {
+      const Transfer& t = *shared[ring[p]];
       const auto part = [&](const Box& slice, std::vector<DeviceId> receivers) {
-        Transfer p = t;
-        p.slice = slice;
-        p.bytes = slice.volume() * element;
-        p.receivers = std::move(receivers);
-        return p;
+        Transfer q = t;
+        q.slice = slice;
+        q.bytes = slice.volume() * element;
+        q.receivers = std::move(receivers);
+        return q;
       };
-      if (!parts[0].empty()) near.transfers.push_back(part(parts[0], t.receivers));
-      // Host i's part goes to one of its receivers, which keeps it and passes it on to the other
-      // hosts' receivers (turning from slice to slice), and from the holders to the rest.
-      const DeviceId stage = t.receivers[job.task % t.receivers.size()];
+      // A part that crosses between hosts, or goes from the holders to its relay's host, is sent
+      // whole by the one way laid for it.
+      const auto exchanged_part = [&](const Box& slice, std::vector<DeviceId> receivers) {
+        Transfer q = part(slice, std::move(receivers));
+        q.helpers.clear();
+        q.splittable = false;
+        return q;
+      };
+      // The holders send beside them the first part and the parts of the hosts whose parts do
+      // not come here (part 1 + r is the part of the host at ring position r), in runs of
+      // consecutive parts.
+      std::vector<bool> held_here(m + 1, false);
+      held_here[0] = true;
+      for (size_t r = 0; r < m; ++r) held_here[1 + r] = r != p && (p + m - r) % m > k;
+      for (size_t first = 0; first <= m;) {
+        if (!held_here[first]) {
+          ++first;
+          continue;
+        }
+        size_t last = first;
+        while (last + 1 <= m && held_here[last + 1]) ++last;
+        if (const Box box = parts_from(first, last); !box.empty())
+          near.transfers.push_back(part(box, t.receivers));
+        first = last + 1;
+      }
+      // This host's part goes to one of its receivers that sends nothing else (turning from
+      // slice to slice), which keeps it and sends it on to the receivers of the next host, or
+      // chains it through every other host from the one after its own (so that every host ends
+      // one chain, forwarding nothing, and every NIC forwards as many parts); and from the
+      // holders to the rest beside them.
+      const std::vector<DeviceId> relays = relays_of(t);
+      const DeviceId stage = relays[job.task % relays.size()];
       std::vector<DeviceId> home = t.receivers, away;
       std::erase(home, stage);
-      for (DeviceId r : everyone)
-        if (cluster.host_of(r) != cluster.host_of(stage)) away.push_back(r);
-      std::sort(away.begin(), away.end());
-      if (!home.empty()) {
-        Transfer rest = part(parts[i + 1], std::move(home));
-        rest.helpers.clear();
-        rest.splittable = false;
-        exchange.transfers.push_back(std::move(rest));
+      for (size_t hop = 1; hop <= k; ++hop) {
+        const Transfer& next = *shared[ring[(p + hop) % m]];
+        away.insert(away.end(), next.receivers.begin(), next.receivers.end());
       }
-      Transfer relayed = part(parts[i + 1], std::move(away));
-      relayed.helpers.clear();
-      relayed.splittable = false;
+      std::sort(away.begin(), away.end());
+      if (!home.empty())
+        exchange.transfers.push_back(exchanged_part(parts[1 + p], std::move(home)));
+      std::set<int> before;  // the other hosts with smaller ids than the stage's
+      for (DeviceId r : away)
+        if (cluster.host_of(r) < cluster.host_of(stage)) before.insert(cluster.host_of(r));
+      Transfer relayed = exchanged_part(parts[1 + p], std::move(away));
+      relayed.host_turn = static_cast<int>(before.size());
+      relayed.hosts_in_turn = true;
       relayed.stages = {stage};
       relayed.through_stage = true;
       relayed.stage_receives = true;

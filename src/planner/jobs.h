@@ -146,15 +146,20 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
 // link, while the host's NICs could take a part from a holder elsewhere at the same time.
 std::vector<Job> helped_jobs(const Batch& batch, const std::vector<Job>& jobs);
 
+// How exchanged_jobs passes each host's part on: to the next host (in host order, cyclic), or
+// through every other host.
+enum class Exchange { next_host, every_host };
+
 // `jobs` with each slice that two or more of its holders' hosts take in from holders there (one
-// transfer into each) cut into a part each host's holders send beside them and, per host, a part
-// that its holders send to its receivers, which chain it on to the receivers of the other hosts:
-// each holder then sends less than the slice beside it, and the hosts' NICs carry the rest. The
-// parts from other hosts are sized so that each host's holders' device links and its NICs end
-// together. Empty where no slice is cut. A holder that alone serves several devices of its host
-// sends all of it over one device link, while every other holding host holds it only at a holder
-// as busy, and a receiver there that takes the slice anyway can pass a part on.
-std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs);
+// transfer into each, with a receiver that sends nothing) cut into a part each host's holders
+// send beside them and, per host, a part that its holders send to such a receiver, which passes it
+// on to the receivers of other hosts (`how`): each holder then sends less than the slice beside
+// it, and the hosts' NICs carry the rest. The parts are sized so that each holder's device link and
+// the NICs its parts enter by end together. Empty where no slice is cut. A holder that alone
+// serves several devices of its host sends all of it over one device link, while every other
+// holding host holds it only at a holder as busy, and a receiver there that takes the slice anyway
+// can pass a part on.
+std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs, Exchange how);
 
 // `jobs` with the transfers from one holding host into two or more other hosts cut so that the
 // hosts' sending levels out: while the host that sends longest over its NICs holds such a slice

@@ -535,9 +535,17 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         }
     // Slices that several hosts' holders serve over device links, exchanged between those hosts'
     // receivers over their NICs.
-    if (!near())
-      if (const auto exchanged = detail::exchanged_jobs(batch, jobs); !exchanged.empty())
-        try_candidate(exchanged, options, detail::Shape::chains);
+    // Each part to the next host, or chained through every other host; each also by the greedy
+    // that takes receipts in at once: a receiver takes its host's part over its NIC while its
+    // holder serves it beside it.
+    for (detail::Exchange how : {detail::Exchange::next_host, detail::Exchange::every_host})
+      if (!near())
+        if (const auto exchanged = detail::exchanged_jobs(batch, jobs, how); !exchanged.empty()) {
+          try_candidate(exchanged, options, detail::Shape::chains);
+          if (!near())
+            try_ops(detail::balance_order(batch, exchanged, options, detail::Shape::chains,
+                                          detail::Receipts::over_nics_at_once));
+        }
     // Slices that a host's holders serve over device links, helped from afar over its NICs.
     if (!near())
       if (const auto helped = detail::helped_jobs(batch, jobs); !helped.empty()) {
