@@ -1991,13 +1991,13 @@ TEST(PlannerTest, ReceiversOnHostsThatHoldTheirSliceExchangeParts) {
 // to devices 2 and 3 beside it over its one link: 256 MiB while the NICs idled. Exchanged, each
 // host's part went to device 1 (which sends the rest, so relaying at NIC speed held it) and on
 // through the six other hosts, each host's part after the other's (1.89x). A receiver that sends
-// nothing else now relays, each host's part to the next host only (1.100x -> 1.050x with one NIC;
-// 1.201x -> 1.107x with two, where the receipts of device 2 and 3 over the NICs and beside them
-// go at once).
+// nothing else now relays, each host's part to the next host only, sized so that the NICs, which
+// start after the first hand-over, end with device 1 (1.100x -> 1.030x with one NIC; 1.201x ->
+// 1.107x with two, where the receipts of device 2 and 3 over the NICs and beside them go at once).
 TEST(PlannerTest, EachHostPassesItsPartToTheNextByAReceiverThatSendsNothingElse) {
   std::vector<DeviceId> halves;
   for (int host = 0; host < 8; ++host) halves.insert(halves.end(), {4 * host, 4 * host + 1});
-  for (const auto& [nics, within] : {std::pair{1, 1.055}, std::pair{2, 1.11}}) {
+  for (const auto& [nics, within] : {std::pair{1, 1.035}, std::pair{2, 1.11}}) {
     SCOPED_TRACE(nics);
     Resharding p = problem_of({134217730}, Mesh({8, 2}, halves), "S1",
                               Mesh({7, 4}, first_devices(28)), "S1", 8, 4);

@@ -664,6 +664,7 @@ std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs
   // those enter by. A slice of several holders counts for each in equal parts.
   std::map<DeviceId, double> served, shareable;
   std::map<DeviceId, std::set<int>> nics;
+  std::map<DeviceId, int> slices;  // the shared slices it holds
   for (size_t j = 0; j < jobs.size(); ++j) {
     for (const Transfer& t : jobs[j].transfers) {
       if (t.helpers.empty() || hosts_of(t.candidates, cluster).size() != 1) continue;
@@ -676,17 +677,20 @@ std::vector<Job> exchanged_jobs(const Batch& batch, const std::vector<Job>& jobs
                         static_cast<double>(shared_of[j].size() - 1) /
                         static_cast<double>(t->candidates.size());
         for (DeviceId r : t->receivers) nics[d].insert(cluster.nic_of(r));
+        ++slices[d];
       }
   }
   // Each holder's share of what it serves that should come in over those NICs, so that its
-  // device link and the NICs end together; as a share of each slice it takes from each other
-  // host. A slice's parts are sized by the least share of its holders.
+  // device link and the NICs end together, the NICs starting once the holder has handed the first
+  // of its parts (one per shared slice) to its relay; as a share of each slice it takes from each
+  // other host. A slice's parts are sized by the least share of its holders.
   std::map<DeviceId, double> share;
   for (const auto& [holder, bytes] : shareable) {
     const double near = cluster.device_bandwidth_of(holder);
     const double afar = cluster.single_nic_bandwidth_of(cluster.host_of(holder)) *
                         static_cast<double>(nics[holder].size());
-    share[holder] = served[holder] * afar / (afar + near) / bytes;
+    share[holder] =
+        served[holder] / (1 + near / afar + 1 / static_cast<double>(slices[holder])) / bytes;
   }
   // The parts that cross between hosts come first, in jobs of their own, so that the relays
   // have them to pass on while the holders serve the rest beside them.
