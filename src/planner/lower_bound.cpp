@@ -707,33 +707,28 @@ LowerBound explain_lower_bound(const Batch& batch,
       consider(std::max(least_send_time(capacity, {h}, only[h]),
                         least_send_time(only_capacity(h), {0}, only[h])),
                BoundTerm::out, host_id(h));
-  for (int h = 0; h < hosts.size(); ++h)
-    if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty()) {
+  // ports(S) for a set of hosts (by index, ascending), `bytes` of which leave it; ports(h) is
+  // ports({h}) with only(h).
+  const auto ports_of = [&](const std::vector<int>& set, double bytes) {
+    double own = 0;  // the cheapest way out of S, per port second
+    std::vector<PortRail> rails;
+    for (int h : set) {
       const auto host = static_cast<int>(host_id(h));
-      std::vector<PortRail> rails;
+      own = std::max(own, own_rate(cluster, host));
       add_port_rails(cluster, host, receipts[h], stay[h], stay_takers[h], rails);
-      consider(ports_time(only[h] / own_rate(cluster, host), cluster.devices_per_host, rails),
-               BoundTerm::ports, host_id(h));
     }
+    return ports_time(bytes / own, static_cast<double>(std::ssize(set)) * cluster.devices_per_host,
+                      rails);
+  };
+  for (int h = 0; h < hosts.size(); ++h)
+    if (only[h] > 0 || !receipts[h].empty() || !stay[h].empty())
+      consider(ports_of({h}, only[h]), BoundTerm::ports, host_id(h));
   consider(batch_pooled.bound(capacity), BoundTerm::first);
   for (size_t i = 0; i < tensor_bounds.size(); ++i)
     consider(tensor_bounds[i].bound(capacity), BoundTerm::first_tensor, static_cast<int64_t>(i));
   consider(held.bound(capacity), BoundTerm::held);
   // ports(S): held(S) leaves S by its devices' ports, which also pass on what S's devices take in.
-  consider(held.most(0,
-                     [&](const std::vector<int>& set, double bytes) {
-                       double own = 0;  // the cheapest way out of S, per port second
-                       std::vector<PortRail> rails;
-                       for (int h : set) {
-                         const auto host = static_cast<int>(host_id(h));
-                         own = std::max(own, own_rate(cluster, host));
-                         add_port_rails(cluster, host, receipts[h], stay[h], stay_takers[h], rails);
-                       }
-                       return ports_time(
-                           bytes / own,
-                           static_cast<double>(std::ssize(set)) * cluster.devices_per_host, rails);
-                     }),
-           BoundTerm::held_ports);
+  consider(held.most(0, ports_of), BoundTerm::held_ports);
   consider(port_seconds / cluster.devices(), BoundTerm::hops);
   for (int d = 0; d < devices.size(); ++d)
     consider(dev_in[d] / dev[d], BoundTerm::dev_in, devices.id_at(d));
