@@ -2007,6 +2007,19 @@ TEST(PlannerTest, EachHostPassesItsPartToTheNextByAReceiverThatSendsNothingElse)
   }
 }
 
+// Devices 7 (host 3) and 5 (host 2) each hold all of a float16 tensor of 512 MiB that every device
+// of hosts 0-5 needs (hosts of two devices and two NICs; random suite seed 2501 r11). Both holders
+// sit on NIC 1 and devices 4 and 6 beside them take the tensor from them, so no device could stage
+// rail 0 and both rails left by NIC 1 (1.166x). Now one holding host in turn stages it at its
+// receiver on NIC 0, which keeps that rail as its part (1.127x).
+TEST(PlannerTest, ARailWithoutHoldersOnItsNicIsStagedAtAReceiverBesideThemInTurn) {
+  Resharding p = problem_of({268435461}, Mesh({1, 2}, {7, 5}), "R", Mesh({6, 2}, first_devices(12)),
+                            "R", 6, 2);
+  p.tensor.dtype = DType::float16;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, true), 1.135);
+}
+
 // Device 1 alone holds 512 MiB that every device of hosts 0-4 needs, with two NICs per host
 // (random suite seed 1104 r15). On rails each round's part enters a host at one receiver, which
 // then sends it to the host's three others: the last round's sends and the first round's

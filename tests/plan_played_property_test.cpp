@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <initializer_list>
+#include <iostream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -275,22 +277,23 @@ TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
   EXPECT_GE(compared, 3);
 }
 
-// Rails that bring a single holder's neighbours their parts back (RailOptions::home_back) deliver
-// each element once, laid by either greedy and in lockstep with every deferral of the gathers.
-TEST(PlayedPropertyTest, RailsBroughtBackToTheHoldersHostDeliverEachElementOnce) {
-  int brought_back = 0;
+// Lays the rails of `options` (per receiver and not) of the random cases of `seeds` with two and
+// four NICs by either greedy and in lockstep with every deferral of the gathers, where `reached`
+// says they have what the test is about, and expects each lay to deliver each element once. The
+// number of rails reached.
+int expect_rails_deliver_each_element_once(
+    std::initializer_list<unsigned> seeds, detail::RailOptions options,
+    const std::function<bool(const Batch&, const std::vector<detail::Job>& jobs,
+                             const std::vector<detail::Job>& rails)>& reached) {
+  int count = 0;
   for_each_random_case(
-      {2, 4}, {2001u, 2002u, 2009u, 2010u},
+      {2, 4}, seeds,
       [&](const BenchCase& c, int nics, const Batch& batch, const std::vector<detail::Job>& jobs) {
         for (bool per_receiver : {true, false}) {
-          const std::vector<detail::Job> rails = detail::rail_jobs(
-              batch, jobs, 8, 0, {.per_receiver = per_receiver, .home_back = true});
-          if (std::none_of(rails.begin(), rails.end(), [](const detail::Job& job) {
-                return std::any_of(job.transfers.begin(), job.transfers.end(),
-                                   [](const detail::Transfer& t) { return t.home_back; });
-              }))
-            continue;
-          ++brought_back;
+          options.per_receiver = per_receiver;
+          const std::vector<detail::Job> rails = detail::rail_jobs(batch, jobs, 8, 0, options);
+          if (!reached(batch, jobs, rails)) continue;
+          ++count;
           SCOPED_TRACE(::testing::Message() << c.label << " " << c.description << " with " << nics
                                             << " NICs, per receiver " << per_receiver);
           for (detail::Receipts receipts :
@@ -304,6 +307,49 @@ TEST(PlayedPropertyTest, RailsBroughtBackToTheHoldersHostDeliverEachElementOnce)
               EXPECT_NO_THROW(validate_ops(
                   batch, detail::balance_rounds(batch, rails, PlanOptions{}, rotated, deferral)));
         }
+      });
+  return count;
+}
+
+// Rails of slices held on several hosts that a receiver beside the holders stages on one of those
+// hosts in turn (its rail kept as its part, the other parts from its host's holders) deliver each
+// element once.
+TEST(PlayedPropertyTest, RailsStagedAtAReceiverOfOneHoldingHostDeliverEachElementOnce) {
+  const int staged_at_home = expect_rails_deliver_each_element_once(
+      {2001u, 2002u, 2009u, 2010u, 2501u}, {},
+      [](const Batch& batch, const std::vector<detail::Job>& jobs,
+         const std::vector<detail::Job>& rails) {
+        const auto held_on_several_hosts = [&](const detail::Job& rail_job) {
+          return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
+            return job.tensor == rail_job.tensor && job.task == rail_job.task &&
+                   std::any_of(job.transfers.begin(), job.transfers.end(),
+                               [&](const detail::Transfer& t) {
+                                 return detail::hosts_of(t.candidates, batch.cluster).size() > 1;
+                               });
+          });
+        };
+        return std::any_of(rails.begin(), rails.end(), [&](const detail::Job& job) {
+          return held_on_several_hosts(job) &&
+                 std::any_of(job.transfers.begin(), job.transfers.end(),
+                             [](const detail::Transfer& t) { return t.stage_receives; });
+        });
+      });
+  // The layouts reach such rails.
+  std::cout << "rails staged at a receiver of one of several holding hosts: " << staged_at_home
+            << "\n";
+  EXPECT_GE(staged_at_home, 3);
+}
+
+// Rails that bring a single holder's neighbours their parts back (RailOptions::home_back) deliver
+// each element once.
+TEST(PlayedPropertyTest, RailsBroughtBackToTheHoldersHostDeliverEachElementOnce) {
+  const int brought_back = expect_rails_deliver_each_element_once(
+      {2001u, 2002u, 2009u, 2010u}, {.home_back = true},
+      [](const Batch&, const std::vector<detail::Job>&, const std::vector<detail::Job>& rails) {
+        return std::any_of(rails.begin(), rails.end(), [](const detail::Job& job) {
+          return std::any_of(job.transfers.begin(), job.transfers.end(),
+                             [](const detail::Transfer& t) { return t.home_back; });
+        });
       });
   // The layouts reach rails brought back.
   EXPECT_GE(brought_back, 15);

@@ -461,7 +461,8 @@ std::map<std::pair<int, int>, std::set<DeviceId>> gathered_receivers(const std::
 // stage's NIC hop takes, and the rails would still leave one at a time.)
 void leave_by_rail(Transfer& rail, int i, const Transfer& whole,
                    const std::set<DeviceId>& elsewhere, const std::set<DeviceId>& senders,
-                   bool beside, bool only_stages, const Cluster& cluster) {
+                   const std::set<DeviceId>& home, int round, bool beside, bool only_stages,
+                   const Cluster& cluster) {
   const auto nic_of_rail = [&](int host) {
     return i % std::min(cluster.nics_of(host), cluster.devices_per_host);
   };
@@ -483,7 +484,7 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole,
          local += cluster.nics_of(host)) {
       const DeviceId d = first + local;
       if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d) &&
-          !elsewhere.contains(d))
+          !elsewhere.contains(d) && !home.contains(d))
         stage = d;
     }
     // Where one host holds the slice and that NIC's devices are its receivers, the first of them
@@ -504,6 +505,22 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole,
     if (std::none_of(kept.begin(), kept.end(), on_host))
       for (DeviceId d : rail.candidates)
         if (on_host(d)) kept.insert(d);
+  }
+  // Where several hosts hold the slice and none has a holder or a stage on the NIC, one of them in
+  // turn (by rail and round) stages the rail at a receiver of its own on that NIC that takes the
+  // slice from its host's holders (`home`), which keeps the rail as its part (stage_receives):
+  // else every rail left by the holders' NICs, the others idle.
+  if (hosts.size() > 1 && kept.empty() && rail.stages.empty()) {
+    const int host = hosts[static_cast<size_t>(i + round) % hosts.size()];
+    for (DeviceId d : home)
+      if (cluster.host_of(d) == host && cluster.nic_of(d) == nic_of_rail(host) &&
+          !holds(rail.candidates, d) && !senders.contains(d)) {
+        rail.stages.push_back(d);
+        rail.stage_receives = true;
+        rail.through_stage = true;
+        std::erase_if(rail.candidates, [&](DeviceId c) { return cluster.host_of(c) != host; });
+        return;
+      }
   }
   if (!kept.empty()) std::erase_if(rail.candidates, [&](DeviceId d) { return !kept.contains(d); });
   // With `only_stages`, where several hosts hold the slice and some have a stage for the rail,
@@ -602,7 +619,7 @@ std::vector<Job> staged_jobs(const Batch& batch, const std::vector<Job>& jobs, i
         if (intersect(u.slice, t.slice).volume() > 0) add(u.stages);
       if (only_copies && !away.receivers.empty())
         leave_by_rail(away, cluster.nic_of(t.candidates[0]), overlapping,
-                      gathered[{job.tensor, job.task}], senders,
+                      gathered[{job.tensor, job.task}], senders, /*home=*/{}, /*round=*/0,
                       /*beside=*/true, /*only_stages=*/false, cluster);
       if (away.stage_receives && !holds(t.receivers, away.stages[0])) away.stages.clear();
       if (away.stages.empty()) {
@@ -1111,6 +1128,20 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           for (const RailHost& h : rail_hosts(u, cluster, per_receiver, relays, first))
             devices.insert(h.rails.begin(), h.rails.end());
     }
+    // Per transfer held on several hosts: the receivers of the job's other transfers that take its
+    // slice whole from the holders of one of those hosts (leave_by_rail may stage a rail there).
+    std::map<const Transfer*, std::set<DeviceId>> home_of;
+    for (const Transfer& t : job.transfers)
+      for (const Transfer& u : job.transfers) {
+        const int host = u.candidates.empty() ? -1 : cluster.host_of(u.candidates[0]);
+        const auto on_host = [&](DeviceId d) { return cluster.host_of(d) == host; };
+        if (&u != &t && u.slice == t.slice && host_holds(t, host, cluster) &&
+            hosts_of(t.candidates, cluster).size() > 1 &&
+            std::all_of(u.candidates.begin(), u.candidates.end(), on_host) &&
+            std::all_of(u.receivers.begin(), u.receivers.end(), on_host))
+          for (DeviceId r : u.receivers)
+            if (!gathered[{job.tensor, job.task}].contains(r)) home_of[&t].insert(r);
+      }
     std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
     // Round `round`'s part of `slice`: the n rounds' parts, the last one in halves where tapered
     // (and each half has an element of every slice).
@@ -1127,6 +1158,14 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     };
     for (int round = 0; round < n + (halved_last ? 1 : 0); ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
+      // Per receiver that takes a slice from its host's holders and stages a rail of it: the
+      // slice, its rails' parts and the rail it stages.
+      struct StagedAtHome {
+        Box slice;
+        std::vector<Box> parts;
+        int rail = 0;
+      };
+      std::map<DeviceId, StagedAtHome> staged_at_home;
       for (const Transfer& t : job.transfers) {
         Transfer whole = t;
         whole.slice = part_of(t.slice, round);
@@ -1152,7 +1191,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, whole, elsewhere, senders, beside, only_stages, cluster);
+          leave_by_rail(rail, i, whole, elsewhere, senders, home_of[&t], round, beside, only_stages,
+                        cluster);
           stages_of[&t].insert(rail.stages.begin(), rail.stages.end());
           rail.splittable = false;
           rail.host_turn = round;
@@ -1184,6 +1224,8 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         for (int i = 0; i < g; ++i) {
           by_rail[i]->slice = parts[i];
           by_rail[i]->bytes = parts[i].volume() * element;
+          if (by_rail[i]->stage_receives && !holds(t.receivers, by_rail[i]->stages[0]))
+            staged_at_home[by_rail[i]->stages[0]] = {whole.slice, parts, i};
         }
         for (const RailHost& h : hosts)
           gather_rails(batch, job, whole.slice, parts, h, home_back, part.then);
@@ -1218,6 +1260,36 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           from_holder.splittable = false;
         }
         std::move(from_holders.begin(), from_holders.end(), std::back_inserter(part.transfers));
+      }
+      // A receiver that stages a rail at home takes the other parts from its host's holders.
+      if (!staged_at_home.empty()) {
+        std::vector<Transfer> transfers;
+        for (Transfer& x : part.transfers) {
+          const auto staged_here = [&](DeviceId r) -> const StagedAtHome* {
+            const auto it = staged_at_home.find(r);
+            return it != staged_at_home.end() && it->second.slice == x.slice ? &it->second
+                                                                             : nullptr;
+          };
+          const auto first_staged =
+              std::find_if(x.receivers.begin(), x.receivers.end(), staged_here);
+          if (!x.stages.empty() || first_staged == x.receivers.end()) {
+            transfers.push_back(std::move(x));
+            continue;
+          }
+          const std::vector<Box> parts = staged_here(*first_staged)->parts;
+          for (int i = 0; i < static_cast<int>(parts.size()); ++i) {
+            Transfer rest = x;
+            rest.slice = parts[i];
+            rest.bytes = parts[i].volume() * element;
+            rest.splittable = false;
+            std::erase_if(rest.receivers, [&](DeviceId r) {
+              const StagedAtHome* at = staged_here(r);
+              return at != nullptr && at->rail == i;
+            });
+            if (!rest.receivers.empty() && rest.bytes > 0) transfers.push_back(std::move(rest));
+          }
+        }
+        part.transfers = std::move(transfers);
       }
       if (round == 0) part.then.insert(part.then.end(), job.then.begin(), job.then.end());
       out.push_back(std::move(part));
