@@ -132,7 +132,7 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
         for (detail::RailPick pick : {detail::RailPick::cyclic, detail::RailPick::least_busy})
           for (detail::RailSpread how :
                {detail::RailSpread::none, detail::RailSpread::spread, detail::RailSpread::handing,
-                detail::RailSpread::returning})
+                detail::RailSpread::returning, detail::RailSpread::returning_in_turn})
             for (detail::RailRelays relays :
                  {detail::RailRelays::by_host, detail::RailRelays::least_sent_first,
                   detail::RailRelays::turned, detail::RailRelays::turned_through_all}) {

@@ -1329,7 +1329,22 @@ class RailLayer {
       return;
     }
     for (const auto& [holder, seconds] : serving) port_[holder] -= seconds;
+    if (rules.how == RailSpread::returning_in_turn) {
+      returns_.push_back({s, std::move(staged), std::move(arrived)});
+      return;
+    }
     serve_beside(s, staged, arrived, rules.how == RailSpread::returning);
+  }
+
+  // Returning in turn, the receivers beside the holders take their pieces once every slice has
+  // left, the slices' pieces in turn (RailSpread::returning_in_turn).
+  void serve_returns() {
+    int most = 0;
+    for (const Return& r : returns_) most = std::max(most, r.s.pieces);
+    for (int j = 0; j < most; ++j)
+      for (const Return& r : returns_)
+        if (j < r.s.pieces) serve_beside(r.s, r.staged, r.arrived, true, j);
+    returns_.clear();
   }
 
   std::vector<PlayStep> steps() && { return std::move(steps_); }
@@ -1536,8 +1551,9 @@ class RailLayer {
   // Spread, the receivers beside the holders take each piece from one of them, which has it as a
   // stage or else from a holder, so that a holder's port carries each piece once per host.
   void serve_beside(const RailSlice& s, const std::map<std::pair<int, int>, int>& staged,
-                    const std::vector<std::vector<int>>& arrived, bool returning) {
-    for (int j = 0; j < s.pieces; ++j) {
+                    const std::vector<std::vector<int>>& arrived, bool returning,
+                    std::optional<int> only = std::nullopt) {
+    for (int j = only.value_or(0); j < (only ? *only + 1 : s.pieces); ++j) {
       const Box slice = s.piece(j);
       if (slice.empty()) continue;
       for (const auto& [h, receivers] : s.beside) {
@@ -1589,6 +1605,13 @@ class RailLayer {
   std::map<int, double> nic_in_;     // seconds each NIC takes in
   std::map<int, double> sent_away_;  // seconds of each host's NICs sending so far
   std::vector<PlayStep> steps_;
+  // Returning: the slices whose receivers beside the holders are still to be served.
+  struct Return {
+    RailSlice s;
+    std::map<std::pair<int, int>, int> staged;
+    std::vector<std::vector<int>> arrived;
+  };
+  std::vector<Return> returns_;
 };
 
 }  // namespace
@@ -1612,7 +1635,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
 
   RailLayer layer(batch, busiest->seconds);
   std::vector<double> own(work->size(), 0);
-  if (rules.how == RailSpread::returning)
+  if (rules.how == RailSpread::returning || rules.how == RailSpread::returning_in_turn)
     for (size_t w = 0; w < work->size(); ++w) own[w] = layer.charge_own((*work)[w].second);
   // Slices that stay on their holders' hosts first, so that the rails see the ports they use.
   std::vector<size_t> sequence(work->size());
@@ -1645,6 +1668,7 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
                     (*work)[u].second.receivers.end());
     layer.lay_leaving(s, barred, rules);
   }
+  layer.serve_returns();
   return std::move(layer).steps();
 }
 
