@@ -316,7 +316,7 @@ int expect_rails_deliver_each_element_once(
 // element once.
 TEST(PlayedPropertyTest, RailsStagedAtAReceiverOfOneHoldingHostDeliverEachElementOnce) {
   const int staged_at_home = expect_rails_deliver_each_element_once(
-      {2001u, 2002u, 2009u, 2010u, 2501u}, {},
+      {2001u, 2002u, 2009u, 2010u, 2501u}, {.home_stages = true},
       [](const Batch& batch, const std::vector<detail::Job>& jobs,
          const std::vector<detail::Job>& rails) {
         const auto held_on_several_hosts = [&](const detail::Job& rail_job) {

@@ -1069,7 +1069,7 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
   const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays, tapered,
-              home_back] = options;
+              home_back, home_stages] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -1128,14 +1128,15 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           for (const RailHost& h : rail_hosts(u, cluster, per_receiver, relays, first))
             devices.insert(h.rails.begin(), h.rails.end());
     }
-    // Per transfer held on several hosts: the receivers of the job's other transfers that take its
-    // slice whole from the holders of one of those hosts (leave_by_rail may stage a rail there).
+    // With home_stages, per transfer held on several hosts: the receivers of the job's other
+    // transfers that take its slice whole from the holders of one of those hosts (leave_by_rail
+    // may stage a rail there).
     std::map<const Transfer*, std::set<DeviceId>> home_of;
     for (const Transfer& t : job.transfers)
       for (const Transfer& u : job.transfers) {
         const int host = u.candidates.empty() ? -1 : cluster.host_of(u.candidates[0]);
         const auto on_host = [&](DeviceId d) { return cluster.host_of(d) == host; };
-        if (&u != &t && u.slice == t.slice && host_holds(t, host, cluster) &&
+        if (home_stages && &u != &t && u.slice == t.slice && host_holds(t, host, cluster) &&
             hosts_of(t.candidates, cluster).size() > 1 &&
             std::all_of(u.candidates.begin(), u.candidates.end(), on_host) &&
             std::all_of(u.receivers.begin(), u.receivers.end(), on_host))
