@@ -1035,22 +1035,22 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         }
       }
     }
+    // Where several hosts hold a slice and a rail's NIC has neither a holder nor a free device
+    // there, rails with that rail staged at a receiver beside the holders (else the same rails,
+    // not laid again). After every other candidate but the fastest rails' more rounds below, so
+    // that where the others come near the bound they plan as before (laid right after the other
+    // rails, seed 2710 r3 with two NICs came near the bound by them, 1.020x -> 1.025x).
+    if (any_into_several_nics(batch, jobs))
+      for (bool per_receiver : {true, false}) {
+        if (near()) break;
+        lay_rails({.per_receiver = per_receiver, .home_stages = true});
+      }
     // The rails that made the fastest plan, laid once more in more rounds (not reordered), each
     // also with its last round in halves: a chain's last pieces reach its end a piece's time per
     // hop after the NICs that sent them are done (seeds 1701-1710 and 1801-1810 with two NICs, 4
     // cases faster, 1808 r2 1.053x -> 1.045x; with four NICs 9, 1709 r13 1.119x -> 1.104x; none
     // slower). Not every rails lay so: laid so throughout, two of five broadcasts that end on a
     // chain's drain were slower (1805 r17 1.057x -> 1.065x).
-    // Where several hosts hold a slice and a rail's NIC has neither a holder nor a free device
-    // there, rails with that rail staged at a receiver beside the holders (else the same rails,
-    // not laid again). Last, so that where the other candidates come near the bound they plan as
-    // before (laid right after the other rails, seed 2710 r3 with two NICs came near the bound by
-    // them, 1.020x -> 1.025x).
-    if (any_into_several_nics(batch, jobs))
-      for (bool per_receiver : {true, false}) {
-        if (near()) break;
-        lay_rails({.per_receiver = per_receiver, .home_stages = true});
-      }
     if (fastest_laid_rails)
       for (int finer : kFinerRails) {
         if (near()) break;

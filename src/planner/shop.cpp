@@ -1605,7 +1605,7 @@ class RailLayer {
   std::map<int, double> nic_in_;     // seconds each NIC takes in
   std::map<int, double> sent_away_;  // seconds of each host's NICs sending so far
   std::vector<PlayStep> steps_;
-  // Returning: the slices whose receivers beside the holders are still to be served.
+  // Returning in turn: the slices whose receivers beside the holders are still to be served.
   struct Return {
     RailSlice s;
     std::map<std::pair<int, int>, int> staged;
