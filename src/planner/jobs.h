@@ -120,14 +120,14 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // the rails are cut as for a holder that serves nobody beside it; and every host's receivers
 // exchange their parts by sends, not an allgather (a send holds its sender's port alone, so a
 // part waits only for its own sender's relaying: balance_rounds, Deferral::until_idle_or_never).
+// A single holder whose neighbours need every part hands one rail to its stage and sends its own,
+// and then each part its neighbours need over its link too, while their NICs take in nothing: one
+// device broadcasting 512 MiB to 7 hosts of 2 devices with two NICs, 1.104x, 1.066x so.
 // With `home_stages`, where several hosts hold a slice, no holder and no free device of any of them
 // is on a rail's NIC, and a receiver there takes the slice from its own host's holders, one of
 // those hosts in turn (by rail and round) stages the rail at that receiver, which keeps it as its
 // part and takes the other parts from its holders (Transfer::stage_receives); else every rail
 // leaves by the holders' NICs.
-// A single holder whose neighbours need every part hands one rail to its stage and sends its own,
-// and then each part its neighbours need over its link too, while their NICs take in nothing: one
-// device broadcasting 512 MiB to 7 hosts of 2 devices with two NICs, 1.104x, 1.066x so.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
