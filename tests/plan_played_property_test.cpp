@@ -316,7 +316,7 @@ int expect_rails_deliver_each_element_once(
 // element once.
 TEST(PlayedPropertyTest, RailsStagedAtAReceiverOfOneHoldingHostDeliverEachElementOnce) {
   const int staged_at_home = expect_rails_deliver_each_element_once(
-      {2001u, 2002u, 2009u, 2010u, 2501u}, {.home_stages = true},
+      {1103u, 2001u, 2002u, 2009u, 2010u, 2501u}, {.home_stages = true},
       [](const Batch& batch, const std::vector<detail::Job>& jobs,
          const std::vector<detail::Job>& rails) {
         const auto held_on_several_hosts = [&](const detail::Job& rail_job) {
@@ -337,7 +337,7 @@ TEST(PlayedPropertyTest, RailsStagedAtAReceiverOfOneHoldingHostDeliverEachElemen
   // The layouts reach such rails.
   std::cout << "rails staged at a receiver of one of several holding hosts: " << staged_at_home
             << "\n";
-  EXPECT_GE(staged_at_home, 3);
+  EXPECT_GE(staged_at_home, 10);
 }
 
 // Rails that bring a single holder's neighbours their parts back (RailOptions::home_back) deliver

@@ -484,7 +484,7 @@ void leave_by_rail(Transfer& rail, int i, const Transfer& whole,
          local += cluster.nics_of(host)) {
       const DeviceId d = first + local;
       if (!holds(rail.candidates, d) && !senders.contains(d) && !holds(whole.receivers, d) &&
-          !elsewhere.contains(d) && !home.contains(d))
+          !elsewhere.contains(d))
         stage = d;
     }
     // Where one host holds the slice and that NIC's devices are its receivers, the first of them
@@ -1185,6 +1185,9 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         // The rails from the holders' NIC on first, so that holders on different NICs, which
         // send their rails one after another, start on different rails.
         const int start = cluster.nic_of(t.candidates[0]) % g;
+        // A receiver beside the holders stages one rail of a round at most (two rails on one NIC
+        // would both pick it, and it would keep one part and take the other twice).
+        std::set<DeviceId> home = home_of[&t];
         for (int j = 0; j < g; ++j) {
           const int i = (start + j) % g;
           Transfer rail = whole;
@@ -1192,8 +1195,9 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           rail.bytes = rail.slice.volume() * element;
           rail.receivers.clear();
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
-          leave_by_rail(rail, i, whole, elsewhere, senders, home_of[&t], round, beside, only_stages,
+          leave_by_rail(rail, i, whole, elsewhere, senders, home, round, beside, only_stages,
                         cluster);
+          for (DeviceId d : rail.stages) home.erase(d);
           stages_of[&t].insert(rail.stages.begin(), rail.stages.end());
           rail.splittable = false;
           rail.host_turn = round;
