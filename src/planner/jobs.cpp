@@ -1132,17 +1132,18 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     // transfers that take its slice whole from the holders of one of those hosts (leave_by_rail
     // may stage a rail there).
     std::map<const Transfer*, std::set<DeviceId>> home_of;
-    for (const Transfer& t : job.transfers)
+    for (const Transfer& t : job.transfers) {
+      if (!home_stages || hosts_of(t.candidates, cluster).size() < 2) continue;
       for (const Transfer& u : job.transfers) {
         const int host = u.candidates.empty() ? -1 : cluster.host_of(u.candidates[0]);
         const auto on_host = [&](DeviceId d) { return cluster.host_of(d) == host; };
-        if (home_stages && &u != &t && u.slice == t.slice && host_holds(t, host, cluster) &&
-            hosts_of(t.candidates, cluster).size() > 1 &&
+        if (&u != &t && u.slice == t.slice && host_holds(t, host, cluster) &&
             std::all_of(u.candidates.begin(), u.candidates.end(), on_host) &&
             std::all_of(u.receivers.begin(), u.receivers.end(), on_host))
           for (DeviceId r : u.receivers)
             if (!gathered[{job.tensor, job.task}].contains(r)) home_of[&t].insert(r);
       }
+    }
     std::map<const Transfer*, std::set<DeviceId>> stages_of;  // of the job's transfers' rails
     // Round `round`'s part of `slice`: the n rounds' parts, the last one in halves where tapered
     // (and each half has an element of every slice).
@@ -1156,6 +1157,16 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
     const auto part_of = [&](const Box& slice, int round) {
       if (!halved_last || round < n - 1) return allgather_part(slice, n, round);
       return half_of_last(slice, round - (n - 1));
+    };
+    // `x` cut to one rail's part (`slice`) for `receivers`, sent whole from x's holders.
+    const auto from_holders_of = [&](const Transfer& x, const Box& slice,
+                                     std::vector<DeviceId> receivers) {
+      Transfer from_holders = x;
+      from_holders.slice = slice;
+      from_holders.bytes = slice.volume() * element;
+      from_holders.receivers = std::move(receivers);
+      from_holders.splittable = false;
+      return from_holders;
     };
     for (int round = 0; round < n + (halved_last ? 1 : 0); ++round) {
       Job part{.tensor = job.tensor, .task = job.task, .round = round};
@@ -1258,11 +1269,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
             rail.home_back = true;
             continue;
           }
-          Transfer& from_holder = from_holders.emplace_back(whole);
-          from_holder.slice = parts[i];
-          from_holder.bytes = from_holder.slice.volume() * element;
-          from_holder.receivers = std::move(rest);
-          from_holder.splittable = false;
+          from_holders.push_back(from_holders_of(whole, parts[i], std::move(rest)));
         }
         std::move(from_holders.begin(), from_holders.end(), std::back_inserter(part.transfers));
       }
@@ -1283,15 +1290,13 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           }
           const std::vector<Box> parts = staged_here(*first_staged)->parts;
           for (int i = 0; i < static_cast<int>(parts.size()); ++i) {
-            Transfer rest = x;
-            rest.slice = parts[i];
-            rest.bytes = parts[i].volume() * element;
-            rest.splittable = false;
-            std::erase_if(rest.receivers, [&](DeviceId r) {
+            std::vector<DeviceId> rest = x.receivers;
+            std::erase_if(rest, [&](DeviceId r) {
               const StagedAtHome* at = staged_here(r);
               return at != nullptr && at->rail == i;
             });
-            if (!rest.receivers.empty() && rest.bytes > 0) transfers.push_back(std::move(rest));
+            if (!rest.empty() && parts[i].volume() > 0)
+              transfers.push_back(from_holders_of(x, parts[i], std::move(rest)));
           }
         }
         part.transfers = std::move(transfers);
