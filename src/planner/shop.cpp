@@ -1343,7 +1343,7 @@ class RailLayer {
     for (const Return& r : returns_) most = std::max(most, r.s.pieces);
     for (int j = 0; j < most; ++j)
       for (const Return& r : returns_)
-        if (j < r.s.pieces) serve_beside(r.s, r.staged, r.arrived, true, j);
+        if (j < r.s.pieces) serve_piece(r.s, j, r.staged, r.arrived, true);
     returns_.clear();
   }
 
@@ -1551,19 +1551,22 @@ class RailLayer {
   // Spread, the receivers beside the holders take each piece from one of them, which has it as a
   // stage or else from a holder, so that a holder's port carries each piece once per host.
   void serve_beside(const RailSlice& s, const std::map<std::pair<int, int>, int>& staged,
-                    const std::vector<std::vector<int>>& arrived, bool returning,
-                    std::optional<int> only = std::nullopt) {
-    for (int j = only.value_or(0); j < (only ? *only + 1 : s.pieces); ++j) {
-      const Box slice = s.piece(j);
-      if (slice.empty()) continue;
-      for (const auto& [h, receivers] : s.beside) {
-        int step = -1;
-        if (const auto it = staged.find({j, h}); it != staged.end()) step = it->second;
-        if (step < 0) step = bring_piece(s, slice, j, h, receivers, arrived, returning);
-        const DeviceId distributor = steps_[static_cast<size_t>(step)].to;
-        for (DeviceId r : receivers)
-          if (r != distributor) add(*s.job, slice, distributor, r, step);
-      }
+                    const std::vector<std::vector<int>>& arrived, bool returning) {
+    for (int j = 0; j < s.pieces; ++j) serve_piece(s, j, staged, arrived, returning);
+  }
+
+  // Piece `j` of `s` to its receivers beside the holders (serve_beside).
+  void serve_piece(const RailSlice& s, int j, const std::map<std::pair<int, int>, int>& staged,
+                   const std::vector<std::vector<int>>& arrived, bool returning) {
+    const Box slice = s.piece(j);
+    if (slice.empty()) return;
+    for (const auto& [h, receivers] : s.beside) {
+      int step = -1;
+      if (const auto it = staged.find({j, h}); it != staged.end()) step = it->second;
+      if (step < 0) step = bring_piece(s, slice, j, h, receivers, arrived, returning);
+      const DeviceId distributor = steps_[static_cast<size_t>(step)].to;
+      for (DeviceId r : receivers)
+        if (r != distributor) add(*s.job, slice, distributor, r, step);
     }
   }
 
