@@ -340,6 +340,22 @@ TEST(PlayedPropertyTest, RailsStagedAtAReceiverOfOneHoldingHostDeliverEachElemen
   EXPECT_GE(staged_at_home, 10);
 }
 
+// Rails laid through their stages (RailOptions::through_stages) deliver each element once.
+TEST(PlayedPropertyTest, RailsThroughTheirStagesDeliverEachElementOnce) {
+  const int through = expect_rails_deliver_each_element_once(
+      {2001u, 2002u, 2009u, 2010u}, {.through_stages = true},
+      [](const Batch&, const std::vector<detail::Job>&, const std::vector<detail::Job>& rails) {
+        return std::any_of(rails.begin(), rails.end(), [](const detail::Job& job) {
+          return std::any_of(
+              job.transfers.begin(), job.transfers.end(),
+              [](const detail::Transfer& t) { return t.through_stage && !t.stage_receives; });
+        });
+      });
+  // The layouts reach such rails.
+  std::cout << "rails laid through their stages: " << through << "\n";
+  EXPECT_GE(through, 100);
+}
+
 // Rails that bring a single holder's neighbours their parts back (RailOptions::home_back) deliver
 // each element once.
 TEST(PlayedPropertyTest, RailsBroughtBackToTheHoldersHostDeliverEachElementOnce) {

@@ -1069,7 +1069,7 @@ std::vector<Job> in_rounds(const Batch& batch, const Job& job, int n) {
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options) {
   const auto [stage_at_holders, per_receiver, beside, home, ports, only_stages, relays, tapered,
-              home_back, home_stages] = options;
+              home_back, home_stages, through_stages] = options;
   const Cluster& cluster = batch.cluster;
   std::set<DeviceId> senders;  // the devices no stage may be at
   if (!stage_at_holders)
@@ -1208,6 +1208,9 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
           leave_by_rail(rail, i, whole, elsewhere, senders, home, round, beside, only_stages,
                         cluster);
+          if (through_stages && rail.stages.size() == 1 &&
+              hosts_of(t.candidates, cluster).size() == 1)
+            rail.through_stage = true;
           for (DeviceId d : rail.stages) home.erase(d);
           stages_of[&t].insert(rail.stages.begin(), rail.stages.end());
           rail.splittable = false;

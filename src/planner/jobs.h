@@ -128,6 +128,10 @@ std::vector<Job> make_jobs(const Batch& batch, const std::vector<std::vector<Uni
 // those hosts in turn (by rail and round) stages the rail at that receiver, which keeps it as its
 // part and takes the other parts from its holders (Transfer::stage_receives); else every rail
 // leaves by the holders' NICs.
+// With `through_stages`, where one host holds a slice, each rail with a stage there goes through
+// it (Transfer::through_stage): balance order otherwise sends a rail from the holder where that
+// ends it soonest, and a holder that sends the rail of another NIC over its own holds its port
+// and its NIC for it while that NIC idles.
 struct RailOptions {
   bool stage_at_holders = false;
   bool per_receiver = false;
@@ -139,6 +143,7 @@ struct RailOptions {
   bool tapered = false;
   bool home_back = false;
   bool home_stages = false;
+  bool through_stages = false;
 };
 std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int rounds,
                            int64_t min_round_bytes, const RailOptions& options);
