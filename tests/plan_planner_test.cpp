@@ -389,6 +389,13 @@ TEST(PlannerTest, TheSearchReportsEachCandidateAndTheFastestSoFar) {
 
 // The term that decides `p`'s bound (docs/concepts.md#lower-bound) and where: each test of a term
 // below checks that its layout is decided by that term, as its comment derives.
+// Simulated time over the lower bound of the broadcast plan of `p`.
+double order_ratio(const Resharding& p, bool split) {
+  const Plan plan = make_plan(p, {.strategy = Strategy::broadcast, .split = split});
+  validate_plan(plan);
+  return estimate(plan) / plan.lower_bound_s;
+}
+
 std::pair<BoundTerm, int64_t> term_of(const Resharding& p) {
   const LowerBound bound = explain_lower_bound(Batch::of_one(p), {decompose(p)});
   EXPECT_EQ(bound.seconds, lower_bound(p, decompose(p)));
@@ -784,6 +791,33 @@ TEST(LowerBoundTest, HoldersTogetherSendWhatOnlyTheyHoldThroughTheirOwnLinks) {
   EXPECT_LE(simulate(make_plan(r29)).time_s, 1.01 * bound);
 }
 
+TEST(LowerBoundTest, WhatTheTakingHostsNeedComesOverTheirHoldersLinksOrTheOtherHostsNics) {
+  // Devices 0, 3, 6 and 9 (the first of four hosts of three devices, one NIC of 1 B/s, 4 B/s links)
+  // each hold a 60 B tensor whose sixths devices 1, 2, 4, 5, 7 and 8 need. Each host's holder
+  // serves its two receivers 20 B, helped at most by its host's NIC: 20 B over 5 B/s, 4 s
+  // (beside(h)). But only host 3's NIC has bytes to spare: the 60 B reach hosts 0-2 over three
+  // links and one NIC, 60 B over 13 B/s (taken(R) of docs/concepts.md#lower-bound).
+  Resharding p =
+      problem_of({60}, Mesh({4}, {0, 3, 6, 9}), "R", Mesh({6}, {1, 2, 4, 5, 7, 8}), "S0", 4, 3);
+  p.tensor.dtype = DType::int8;
+  p.cluster.nic_bandwidth = 1;
+  p.cluster.device_bandwidth = 4;
+  EXPECT_DOUBLE_EQ(lower_bound(p, decompose(p)), 60.0 / 13 + p.cluster.latency);
+  EXPECT_EQ(term_of(p), std::pair(BoundTerm::taken, int64_t{-1}));
+  EXPECT_GE(simulate(make_plan(p)).time_s, 60.0 / 13);
+  // The random suite's case (seed 2710 r5, two NICs): the twelfths of 512 MiB that the nine
+  // receivers of hosts 0-2 that hold nothing need come over three 100 Gbps links and host 3's two
+  // 10 Gbps NICs, 10.07 ms, where each host's beside(h) gave 8.95 ms.
+  Resharding r5 = problem_of({3834794, 7, 5}, Mesh({4, 1}, {3, 8, 15, 5}), "S1RR",
+                             Mesh({3, 4}, first_devices(12)), "S0/1RR", 4, 4);
+  r5.tensor.dtype = DType::float32;
+  r5.cluster.nics_per_host = 2;
+  const LowerBound bound = explain_lower_bound(Batch::of_one(r5), {decompose(r5)});
+  EXPECT_EQ(bound.term, BoundTerm::taken);
+  EXPECT_NEAR(bound.seconds, 10.07e-3, 0.01e-3);
+  EXPECT_LE(order_ratio(r5, true), 1.05);
+}
+
 TEST(LowerBoundTest, WhatHoldersNeedBesideThemComesFromTheirLinksOrTheirHostsNics) {
   // Devices 0 and 5 of host 0 and 12, 13, 15 of host 1 (hosts of 8 devices, 8 NICs of 1 B/s, 4 B/s
   // links) hold a 112 B tensor whose sevenths devices 0-6 need: the 80 B of devices 1-4 and 6
@@ -899,13 +933,6 @@ TEST(PlannerTest, BroadcastServesReceiversOnAHoldingHostFromThatHost) {
     for (const Op& op : plan.ops)
       EXPECT_EQ(p.cluster.host_of(*op.sender), p.cluster.host_of(op.receivers[0]));
   }
-}
-
-// Simulated time over the lower bound of the broadcast plan of `p`.
-double order_ratio(const Resharding& p, bool split) {
-  const Plan plan = make_plan(p, {.strategy = Strategy::broadcast, .split = split});
-  validate_plan(plan);
-  return estimate(plan) / plan.lower_bound_s;
 }
 
 // A chain ends at the host with the most to send of its own: the two source devices each hold

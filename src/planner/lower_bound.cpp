@@ -472,6 +472,9 @@ LowerBound explain_lower_bound(const Batch& batch,
   std::vector<double> in(hosts.size(), 0);           // in(h) of docs/concepts.md, bytes
   std::vector<double> beside(hosts.size(), 0);       // beside(h)
   std::vector<double> holders_out(hosts.size(), 0);  // Σ dev(d) over the devices of holders(h)
+  double taken = 0;                                  // taken(R): the tasks some device takes
+  std::vector<bool> takes(hosts.size(), false);      // h is in R
+  std::vector<bool> feeds(static_cast<size_t>(devices.size()), false);  // holds a task of taken(R)
   std::vector<bool> holder_counted(static_cast<size_t>(devices.size()), false);  // in holders_out
   std::vector<double> only(hosts.size(), 0);                                     // only(h)
   std::vector<bool> holds_only(static_cast<size_t>(devices.size()), false);      // holds of only(h)
@@ -584,6 +587,7 @@ LowerBound explain_lower_bound(const Batch& batch,
         if (std::find(t.senders.begin(), t.senders.end(), d) == t.senders.end()) {
           ++taking;
           const int h = hosts.index_of(cluster.host_of(d));
+          takes[h] = true;
           dev_in[devices.index_of(d)] += b;
           if (!sends(h)) ++in_taken[devices.index_of(d)];
           on_rail(stays ? stay : receipts, h, d) += b;
@@ -608,6 +612,10 @@ LowerBound explain_lower_bound(const Batch& batch,
           holder_counted[i] = true;
           holders_out[hosts.index_of(cluster.host_of(d))] += dev[i];
         }
+      if (taking > 0) {
+        taken += b;
+        for (DeviceId d : t.senders) feeds[devices.index_of(d)] = true;
+      }
       if (stays) stay_takers[hs[0]] = std::max(stay_takers[hs[0]], taking);
       if (hold_sets && taking > 0) {
         senders.clear();
@@ -741,6 +749,20 @@ LowerBound explain_lower_bound(const Batch& batch,
              BoundTerm::near, id);
   }
   consider(copies, BoundTerm::copy);
+  // taken(R) over the links of R's holders and what the NICs outside R can send into it.
+  if (taken > 0) {
+    double links = 0;
+    for (int d = 0; d < devices.size(); ++d)
+      if (feeds[d] &&
+          takes[hosts.index_of(cluster.host_of(static_cast<DeviceId>(devices.id_at(d))))])
+        links += dev[d];
+    double nic_inside = 0;
+    double nic_outside = 0;
+    for (int host = 0; host < cluster.hosts; ++host)
+      (hosts.contains(host) && takes[hosts.index_of(host)] ? nic_inside : nic_outside) +=
+          cluster.nic_bandwidth_of(host);
+    consider(taken / (links + std::min(nic_inside, nic_outside)), BoundTerm::taken);
+  }
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
   // first message waits one latency: no plan beats the bandwidth term plus one latency.
   if (bound.seconds > 0) bound.seconds += cluster.latency;
@@ -789,6 +811,8 @@ std::string_view to_string(BoundTerm term) {
       return "near";
     case BoundTerm::copy:
       return "copy";
+    case BoundTerm::taken:
+      return "taken";
   }
   return "?";
 }
@@ -846,6 +870,9 @@ std::string describe(const LowerBound& bound, const Batch& batch) {
           bound.at);
     case BoundTerm::copy:
       return "copy(t): a holder spends an op on its own slices before it sends";
+    case BoundTerm::taken:
+      return "taken(R): what the devices of the hosts that take bytes need and do not hold, over "
+             "their holders' links and the NICs into them from the other hosts";
   }
   return "?";
 }

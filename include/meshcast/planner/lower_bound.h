@@ -37,6 +37,7 @@ enum class BoundTerm {
   dev_held,      // dev_held(S) / Σ dev: what only a set of devices holds
   near,          // near(d): what a sole holder on its host passes to the devices beside it
   copy,          // copy(t): a holder's op on its own slices
+  taken,         // taken(R) / (links(R) + min(nic(R), nic outside R)): the hosts that take bytes
 };
 std::string_view to_string(BoundTerm term);
 
