@@ -387,8 +387,6 @@ TEST(PlannerTest, TheSearchReportsEachCandidateAndTheFastestSoFar) {
   EXPECT_TRUE(planned.plan == make_plan(p));
 }
 
-// The term that decides `p`'s bound (docs/concepts.md#lower-bound) and where: each test of a term
-// below checks that its layout is decided by that term, as its comment derives.
 // Simulated time over the lower bound of the broadcast plan of `p`.
 double order_ratio(const Resharding& p, bool split) {
   const Plan plan = make_plan(p, {.strategy = Strategy::broadcast, .split = split});
@@ -396,6 +394,8 @@ double order_ratio(const Resharding& p, bool split) {
   return estimate(plan) / plan.lower_bound_s;
 }
 
+// The term that decides `p`'s bound (docs/concepts.md#lower-bound) and where: each test of a term
+// below checks that its layout is decided by that term, as its comment derives.
 std::pair<BoundTerm, int64_t> term_of(const Resharding& p) {
   const LowerBound bound = explain_lower_bound(Batch::of_one(p), {decompose(p)});
   EXPECT_EQ(bound.seconds, lower_bound(p, decompose(p)));

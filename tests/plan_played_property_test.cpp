@@ -277,6 +277,14 @@ TEST(PlayedPropertyTest, RelayTreesDeliverEachElementOnceAndLevelTheSending) {
   EXPECT_GE(compared, 3);
 }
 
+// Whether a transfer of `jobs` is one that `is` says.
+bool any_transfer(const std::vector<detail::Job>& jobs,
+                  const std::function<bool(const detail::Transfer&)>& is) {
+  return std::any_of(jobs.begin(), jobs.end(), [&](const detail::Job& job) {
+    return std::any_of(job.transfers.begin(), job.transfers.end(), is);
+  });
+}
+
 // Lays the rails of `options` (per receiver and not) of the random cases of `seeds` with two and
 // four NICs by either greedy and in lockstep with every deferral of the gathers, where `reached`
 // says they have what the test is about, and expects each lay to deliver each element once. The
@@ -345,11 +353,8 @@ TEST(PlayedPropertyTest, RailsThroughTheirStagesDeliverEachElementOnce) {
   const int through = expect_rails_deliver_each_element_once(
       {2001u, 2002u, 2009u, 2010u}, {.through_stages = true},
       [](const Batch&, const std::vector<detail::Job>&, const std::vector<detail::Job>& rails) {
-        return std::any_of(rails.begin(), rails.end(), [](const detail::Job& job) {
-          return std::any_of(
-              job.transfers.begin(), job.transfers.end(),
-              [](const detail::Transfer& t) { return t.through_stage && !t.stage_receives; });
-        });
+        return any_transfer(
+            rails, [](const detail::Transfer& t) { return t.through_stage && !t.stage_receives; });
       });
   // The layouts reach such rails.
   std::cout << "rails laid through their stages: " << through << "\n";
@@ -362,10 +367,7 @@ TEST(PlayedPropertyTest, RailsBroughtBackToTheHoldersHostDeliverEachElementOnce)
   const int brought_back = expect_rails_deliver_each_element_once(
       {2001u, 2002u, 2009u, 2010u}, {.home_back = true},
       [](const Batch&, const std::vector<detail::Job>&, const std::vector<detail::Job>& rails) {
-        return std::any_of(rails.begin(), rails.end(), [](const detail::Job& job) {
-          return std::any_of(job.transfers.begin(), job.transfers.end(),
-                             [](const detail::Transfer& t) { return t.home_back; });
-        });
+        return any_transfer(rails, [](const detail::Transfer& t) { return t.home_back; });
       });
   // The layouts reach rails brought back.
   EXPECT_GE(brought_back, 15);

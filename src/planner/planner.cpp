@@ -483,12 +483,16 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     // once: the greedy and the rounds would give the same plans again (unless the first was not
     // kept for the greedy that takes in at once and this one would be).
     std::vector<std::pair<std::vector<detail::Job>, bool>> rails_tried;  // with at_once_too
+    // Whether `rails` were laid before (kept for the greedy that takes in at once, where
+    // `at_once_too`).
+    const auto laid_before = [&](const std::vector<detail::Job>& rails, bool at_once_too) {
+      return std::any_of(rails_tried.begin(), rails_tried.end(), [&](const auto& tried) {
+        return tried.first == rails && (tried.second || !at_once_too);
+      });
+    };
     const auto try_laid_rails = [&](const std::vector<detail::Job>& rails,
                                     bool at_once_too = false) -> bool {
-      if (std::any_of(rails_tried.begin(), rails_tried.end(), [&](const auto& tried) {
-            return tried.first == rails && (tried.second || !at_once_too);
-          }))
-        return false;
+      if (laid_before(rails, at_once_too)) return false;
       rails_tried.emplace_back(rails, at_once_too);
       const double before = best;
       try_candidate(rails, options, detail::Shape::chains, at_once_too);
@@ -1027,9 +1031,7 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
           const auto rails = rails_of(jobs, {.stage_at_holders = stage_at_holders,
                                              .per_receiver = per_receiver,
                                              .through_stages = true});
-          if (std::any_of(rails_tried.begin(), rails_tried.end(),
-                          [&](const auto& tried) { return tried.first == rails; }))
-            continue;
+          if (laid_before(rails, false)) continue;
           rails_tried.emplace_back(rails, true);
           const double time =
               try_ops(detail::balance_order(batch, rails, options, detail::Shape::chains));
