@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <ranges>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "meshcast/plan/plan.h"
 #include "meshcast/tasks/batch.h"
 #include "meshcast/tasks/unit_task.h"
 
@@ -227,6 +230,30 @@ inline Batch same_mesh_batch(std::mt19937& rng, int tensors, int hosts, int per_
     batch.tensors.push_back(std::move(t));
   }
   return batch;
+}
+
+// The hosts where some device holds or needs a slice of a task of `batch`: the lower bound counts
+// those alone (docs/concepts.md#lower-bound), since the planner routes no byte through another.
+inline std::set<int> tasks_hosts(const Batch& batch) {
+  std::set<int> hosts;
+  for (const UnitTask& t : std::views::join(decompose(batch))) {
+    for (DeviceId d : t.senders) hosts.insert(batch.cluster.host_of(d));
+    for (DeviceId d : t.receivers) hosts.insert(batch.cluster.host_of(d));
+  }
+  return hosts;
+}
+
+// The first op of `plan` that names a device on a host outside `hosts`, as "op <id> device <d>"
+// (empty where none does).
+inline std::string op_outside(const Plan& plan, const std::set<int>& hosts) {
+  for (const Op& op : plan.ops) {
+    std::vector<DeviceId> named = op.receivers;
+    if (op.sender) named.push_back(*op.sender);
+    for (DeviceId d : named)
+      if (!hosts.contains(plan.batch.cluster.host_of(d)))
+        return fmt::format("op {} device {}", op.id, d);
+  }
+  return "";
 }
 
 inline std::string describe(const Resharding& p) {

@@ -1,5 +1,5 @@
-// Every strategy x balance x split plan of the random corpus passes the validator, never beats
-// the lower bound, reports its NIC bytes, and survives a JSON round trip.
+// Every strategy x balance x split plan of the random corpus passes the validator, stays on its
+// tasks' hosts, never beats the lower bound, reports its NIC bytes, and survives a JSON round trip.
 #include <gtest/gtest.h>
 
 #include "corpus.h"
@@ -38,6 +38,7 @@ TEST_P(PlanPropertyTest, EveryModeIsValidAndAboveTheLowerBound) {
           problem,
           {.strategy = m.strategy, .balance = m.balance, .split = m.split, .search_effort = 0.02});
       ASSERT_NO_THROW(validate_plan(plan));
+      EXPECT_EQ(testing::op_outside(plan, testing::tasks_hosts(plan.batch)), "");
       EXPECT_GE(estimate(plan), plan.lower_bound_s * (1 - 1e-12));
       int64_t out = 0;
       int64_t in = 0;

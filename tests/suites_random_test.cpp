@@ -119,27 +119,33 @@ TEST(RandomSuiteTest, TheSameSeedGivesTheSameCases) {
 
 // With 1, 2 and 4 NICs per host, where plans lay rails through relays that receive nothing of
 // their own, hand pieces to stages (some of which receive the slice too) and play them: every plan
-// of balance order is valid and no faster than the lower bound, which counts every NIC a host's
-// devices can fill (seeds the bench figures do not use).
+// of balance order is valid, moves bytes only through its tasks' hosts (on clusters with other
+// hosts too) and is no faster than the lower bound, which counts every NIC a host's devices can
+// fill (seeds the bench figures do not use).
 TEST(RandomSuiteTest, PlansOnSeveralNicsPerHostAreValidAndNeverBeatTheBound) {
   int checked = 0;
+  int with_other_hosts = 0;
   const int count = testing::sanitized_count(24);
   for (int nics : {1, 2, 4})
     for (BenchCase& c : random_suite(201, count)) {
       c.problem.cluster.nics_per_host = nics;
       const Plan plan = make_plan(c.problem, {.split = c.split});
       ASSERT_NO_THROW(validate_plan(plan)) << nics << " NICs: " << c.description;
+      const std::set<int> hosts = testing::tasks_hosts(plan.batch);
+      with_other_hosts += std::ssize(hosts) < plan.batch.cluster.hosts;
+      EXPECT_EQ(testing::op_outside(plan, hosts), "") << nics << " NICs: " << c.description;
       EXPECT_GE(simulate_time(plan.batch, plan.ops).time_s, plan.lower_bound_s * (1 - 1e-9))
           << nics << " NICs: " << c.description;
       ++checked;
     }
   EXPECT_EQ(checked, 3 * count);
+  EXPECT_GT(with_other_hosts, 0);
 }
 
 // Hosts of 8 devices with 8 NICs, as GPU hosts have (`bench --suite random --devices-per-host
 // 8`; here at most 4 of them, as planning 8 takes seconds): every case has the hosts asked for, and
-// every plan is valid and no faster than the lower bound, whose terms were found on hosts of at
-// most 4 devices (seeds the bench figures do not use).
+// every plan is valid, stays on its tasks' hosts and is no faster than the lower bound, whose terms
+// were found on hosts of at most 4 devices (seeds the bench figures do not use).
 TEST(RandomSuiteTest, HostsOfTheDevicesAskedForPlanValidPlansThatNeverBeatTheBound) {
   const int count = testing::sanitized_count(8);
   int checked = 0;
@@ -149,6 +155,7 @@ TEST(RandomSuiteTest, HostsOfTheDevicesAskedForPlanValidPlansThatNeverBeatTheBou
     c.problem.cluster.nics_per_host = 8;
     const Plan plan = make_plan(c.problem, {.split = c.split});
     ASSERT_NO_THROW(validate_plan(plan)) << c.description;
+    EXPECT_EQ(testing::op_outside(plan, testing::tasks_hosts(plan.batch)), "") << c.description;
     EXPECT_GE(simulate_time(plan.batch, plan.ops).time_s, plan.lower_bound_s * (1 - 1e-9))
         << c.description;
     ++checked;

@@ -533,13 +533,14 @@ LowerBound explain_lower_bound(const Batch& batch,
   };
   const auto sends = [&](int h) { return std::binary_search(hs.begin(), hs.end(), h); };
   // hops of docs/concepts.md#lower-bound (which has the proof): the send-port seconds every plan
-  // spends, over the cluster's devices. A hop over the NICs moves at most `across` per second, one
-  // inside a host at most `inside`.
+  // spends, over the devices of the tasks' hosts (a plan moves bytes through no other host). A hop
+  // over the NICs moves at most `across` per second, one inside a host at most `inside`.
   double across = 0;
   double inside = 0;
-  for (int h = 0; h < cluster.hosts; ++h) {
-    across = std::max(across, own_rate(cluster, h));
-    inside = std::max(inside, cluster.device_bandwidth_of(cluster.device_id(h, 0)));
+  for (int h = 0; h < hosts.size(); ++h) {
+    const auto host = static_cast<int>(hosts.id_at(h));
+    across = std::max(across, own_rate(cluster, host));
+    inside = std::max(inside, cluster.device_bandwidth_of(cluster.device_id(host, 0)));
   }
   double port_seconds = 0;
   for (const auto& of_tensor : tasks) {
@@ -737,7 +738,8 @@ LowerBound explain_lower_bound(const Batch& batch,
   consider(held.bound(capacity), BoundTerm::held);
   // ports(S): held(S) leaves S by its devices' ports, which also pass on what S's devices take in.
   consider(held.most(0, ports_of), BoundTerm::held_ports);
-  consider(port_seconds / cluster.devices(), BoundTerm::hops);
+  consider(port_seconds / (static_cast<double>(hosts.size()) * cluster.devices_per_host),
+           BoundTerm::hops);
   for (int d = 0; d < devices.size(); ++d)
     consider(dev_in[d] / dev[d], BoundTerm::dev_in, devices.id_at(d));
   for (int d = 0; d < devices.size(); ++d)
@@ -749,7 +751,8 @@ LowerBound explain_lower_bound(const Batch& batch,
              BoundTerm::near, id);
   }
   consider(copies, BoundTerm::copy);
-  // taken(R) over the links of R's holders and what the NICs outside R can send into it.
+  // taken(R) over the links of R's holders and what the NICs of the tasks' other hosts can send
+  // into it.
   if (taken > 0) {
     double links = 0;
     for (int d = 0; d < devices.size(); ++d)
@@ -758,9 +761,9 @@ LowerBound explain_lower_bound(const Batch& batch,
         links += dev[d];
     double nic_inside = 0;
     double nic_outside = 0;
-    for (int host = 0; host < cluster.hosts; ++host)
-      (hosts.contains(host) && takes[hosts.index_of(host)] ? nic_inside : nic_outside) +=
-          cluster.nic_bandwidth_of(host);
+    for (int h = 0; h < hosts.size(); ++h)
+      (takes[h] ? nic_inside : nic_outside) +=
+          cluster.nic_bandwidth_of(static_cast<int>(hosts.id_at(h)));
     consider(taken / (links + std::min(nic_inside, nic_outside)), BoundTerm::taken);
   }
   // Whatever has to move travels in messages, and the first byte of the busiest resource's
@@ -855,7 +858,8 @@ std::string describe(const LowerBound& bound, const Batch& batch) {
       return "ports(S): the send ports of a set of hosts' devices, one op at a time, carry what "
              "only the set holds out of it and what its devices pass to each other";
     case BoundTerm::hops:
-      return "hops: every hop holds a device's send port, and the cluster's devices have one each";
+      return "hops: every hop holds a device's send port, and the devices of the tasks' hosts "
+             "have one each";
     case BoundTerm::dev_in:
       return fmt::format("dev_in(d) of device {}: what it takes in over its link", bound.at);
     case BoundTerm::dev_only:
