@@ -1782,17 +1782,32 @@ TEST(PlannerTest, TheFastestRailsArePlayedWithAStockOfFive) {
   for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.11) << split;
 }
 
+// Devices 0, 4, 8, 12 and 16 (device 0 of five hosts of four, four NICs) each hold a fifth of the
+// middle dimension, and the twelve devices 0-2 of hosts 0-3 each need a twelfth of the first.
+// Played without each send's latency, the shop laid by the send ports, whose busiest port and NIC
+// end at the bound, came out at 1.66x and the plan at 1.43x: pieces of a few hundred KB took longer
+// than the play counted, and devices that chose by its clock sent into NICs still busy. Played with
+// it (PlayRules::latency), 1.35x (random suite seed 2901 r17, never used before 2026-12-07).
+TEST(PlannerTest, PlaysCountEachSendsLatency) {
+  Resharding p = problem_of({360805, 31, 6}, Mesh::placed({5, 1}, 0, 4), "RS0S1",
+                            Mesh::placed({4, 3}, 0, 4), "S10RR", 5, 4);
+  p.tensor.dtype = DType::float64;
+  p.cluster.nics_per_host = 4;
+  EXPECT_LE(order_ratio(p, true), 1.38);
+}
+
 // Devices 0, 4 and 8 hold the first half of the last dimension and 1, 5 and 9 the second (hosts
 // 0-2 of six, two NICs); device 0 of every host needs a sixth of the middle one. Played with
 // stocks of three, six and ten hand-overs, the stages of the holders' other NIC still ran dry
 // while the holders sent on their own (1.080x the bound); the fastest shop is also played with a
-// stock of twenty (random suite seed 1114 r15).
+// stock of twenty (random suite seed 1114 r15; 1.050x, and 1.053x since plays count each send's
+// latency, PlayRules::latency).
 TEST(PlannerTest, TheFastestShopIsPlayedWithAStockOfTwenty) {
   Resharding p = problem_of({16777217, 16, 2}, Mesh({3, 2}, {0, 1, 4, 5, 8, 9}), "RRS1",
                             Mesh({6, 1}, {0, 4, 8, 12, 16, 20}), "RS0/1R", 6, 4);
   p.tensor.dtype = DType::int8;
   p.cluster.nics_per_host = 2;
-  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.05) << split;
+  for (bool split : {false, true}) EXPECT_LE(order_ratio(p, split), 1.055) << split;
 }
 
 // Devices 0, 1 and 2 of host 0 (of two hosts of four, four NICs) each hold a third of the tensor,

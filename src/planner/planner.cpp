@@ -594,17 +594,21 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
     const bool shared_nic = any_shared_nic(batch.cluster);
     const auto try_other_turns_and_sends = [&](const std::vector<detail::PlayStep>& steps,
                                                const std::vector<detail::Job>& of, int stock) {
-      for (detail::Turns turns : {detail::Turns::most_left_first, detail::Turns::least_left_first})
-        for (detail::Sends sends : {detail::Sends::to_idle_nics, detail::Sends::in_phases,
-                                    detail::Sends::to_idle_pairs}) {
-          if (near()) return;
-          if (turns == detail::Turns::most_left_first && sends == detail::Sends::to_idle_nics)
-            continue;  // (the play that made it the fastest)
-          if (sends == detail::Sends::to_idle_pairs &&
-              (!shared_nic || turns == detail::Turns::least_left_first))
-            continue;  // (with a NIC per device, the same as to_idle_nics)
-          try_plays(steps, of, {.stock = stock, .turns = turns, .sends = sends});
-        }
+      for (bool latency : {true, false})
+        for (detail::Turns turns :
+             {detail::Turns::most_left_first, detail::Turns::least_left_first})
+          for (detail::Sends sends : {detail::Sends::to_idle_nics, detail::Sends::in_phases,
+                                      detail::Sends::to_idle_pairs}) {
+            if (near()) return;
+            if (latency && turns == detail::Turns::most_left_first &&
+                sends == detail::Sends::to_idle_nics)
+              continue;  // (the play that made it the fastest)
+            if (sends == detail::Sends::to_idle_pairs &&
+                (!shared_nic || turns == detail::Turns::least_left_first))
+              continue;  // (with a NIC per device, the same as to_idle_nics)
+            try_plays(steps, of,
+                      {.latency = latency, .stock = stock, .turns = turns, .sends = sends});
+          }
       if (!near())
         try_plays(steps, of, {.stock = stock, .forwards = detail::Forwards::between_sends});
     };
@@ -677,6 +681,12 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
                         try_plays(steps, of, {.stock = stock, .stock_counts_coming = counted});
                     !fastest_stock || time < fastest_stock->time)
                   fastest_stock = {time, rules, stock, counted};
+          // Its fastest stock once more played without the latency (PlayRules::latency).
+          if (!near())
+            try_plays(steps, of,
+                      {.latency = false,
+                       .stock = fastest_stock->stock,
+                       .stock_counts_coming = fastest_stock->counted});
           // Its fastest stock once more with the pieces passed on in rings inside the hosts
           // (detail::passed_in_rings): on hosts of 8 devices and 8 NICs the entries of a host sent
           // into one receiver at once; played so every time, slower as often as faster.
@@ -761,10 +771,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         for (const auto& fastest : fastest_shops) {
           if (!fastest || far(fastest->time)) continue;
           try_other_turns_and_sends(fastest->steps, of, fastest->stock);
-          for (int stock : kMoreShopStocks) {
-            if (near()) break;
-            try_plays(fastest->steps, of, {.stock = stock});
-          }
+          for (int stock : kMoreShopStocks)
+            for (bool latency : {true, false}) {
+              if (near()) break;
+              try_plays(fastest->steps, of, {.latency = latency, .stock = stock});
+            }
         }
       };
       const auto try_rails_all = [&] {

@@ -1837,9 +1837,11 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     }
   }
 
+  // Each step waits the cluster's latency before its bytes move (PlayRules::latency).
   struct Flow {
     int step = 0;
     double left = 0;  // bytes
+    double wait = 0;  // seconds of latency still to pass
   };
   std::vector<Flow> active;
   std::vector<bool> busy(device.size(), false);
@@ -1919,8 +1921,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         in_left[static_cast<size_t>(st.nic_to)] -= bytes;
         out_left[static_cast<size_t>(st.nic_from)] -= bytes;
       }
-      active.push_back({s, bytes});
-      rates.start(s);
+      active.push_back({s, bytes, rules.latency ? c.latency : 0});
+      if (active.back().wait <= 0) rates.start(s);
       ops.push_back(
           transfer_op({st.play->to}, 0, st.play->slice, *st.play->job, st.play->from, batch, 0));
     }
@@ -1930,9 +1932,15 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
     rates.fill();
     double dt = -1;
     for (const Flow& f : active)
-      if (dt < 0 || f.left / rates.rate(f.step) < dt) dt = f.left / rates.rate(f.step);
+      if (const double t = f.wait > 0 ? f.wait : f.left / rates.rate(f.step); dt < 0 || t < dt)
+        dt = t;
     std::vector<Flow> still;
     for (Flow& f : active) {
+      if (f.wait > 0) {
+        if ((f.wait -= dt) <= 0) rates.start(f.step);
+        still.push_back(f);
+        continue;
+      }
       f.left -= rates.rate(f.step) * dt;
       if (f.left > 1e-9 * static_cast<double>(steps[f.step].play->bytes)) {
         still.push_back(f);
