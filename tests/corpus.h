@@ -246,13 +246,10 @@ inline std::set<int> tasks_hosts(const Batch& batch) {
 // The first op of `plan` that names a device on a host outside `hosts`, as "op <id> device <d>"
 // (empty where none does).
 inline std::string op_outside(const Plan& plan, const std::set<int>& hosts) {
-  for (const Op& op : plan.ops) {
-    std::vector<DeviceId> named = op.receivers;
-    if (op.sender) named.push_back(*op.sender);
-    for (DeviceId d : named)
+  for (const Op& op : plan.ops)
+    for (DeviceId d : participants(op))
       if (!hosts.contains(plan.batch.cluster.host_of(d)))
         return fmt::format("op {} device {}", op.id, d);
-  }
   return "";
 }
 

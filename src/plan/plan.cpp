@@ -78,6 +78,15 @@ Op make_op(OpKind kind, std::vector<Piece> pieces, std::optional<DeviceId> sende
           .receivers = std::move(receivers)};
 }
 
+std::vector<DeviceId> participants(const Op& op) {
+  std::vector<DeviceId> devices;
+  devices.reserve(op.receivers.size() + 1);
+  if (op.sender) devices.push_back(*op.sender);
+  if (op.kind == OpKind::copy) return devices;
+  devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
+  return devices;
+}
+
 Box allgather_part(const Box& slice, int parts, int index) {
   const int longest = longest_dimension(slice);
   Box part = slice;

@@ -150,15 +150,6 @@ int64_t assign_staging_offsets(const Batch& batch, const std::vector<std::vector
 
 }  // namespace
 
-std::vector<DeviceId> participants(const Op& op) {
-  std::vector<DeviceId> devices;
-  devices.reserve(op.receivers.size() + 1);
-  if (op.sender) devices.push_back(*op.sender);
-  if (op.kind == OpKind::copy) return devices;
-  devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
-  return devices;
-}
-
 Placement place_plan(const Plan& plan) {
   const Batch& batch = plan.batch;
   const int devices = batch.cluster.devices();

@@ -62,6 +62,10 @@ struct Op {
 Op make_op(OpKind kind, std::vector<Piece> pieces, std::optional<DeviceId> sender,
            std::vector<DeviceId> receivers);
 
+// Devices that take part in an op: the sender (if any) first, then the receivers (a copy's
+// device once).
+std::vector<DeviceId> participants(const Op& op);
+
 struct Plan {
   Batch batch;  // a single tensor is a batch of one
   Strategy strategy = Strategy::broadcast;

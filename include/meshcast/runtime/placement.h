@@ -63,10 +63,6 @@ struct Placement {
   std::vector<std::vector<int>> ops_of;  // per device: indices of its ops, in plan order
 };
 
-// Devices that take part in an op: the sender (if any) first, then the receivers (a copy's
-// device once).
-std::vector<DeviceId> participants(const Op& op);
-
 // The ops each op of `plan` waits for when executed: the plan's rule (op_dependencies, docs/
 // concepts.md) and the staging-memory reuse of `placement` (Placement::reuse_waits). Sorted,
 // distinct, all < the op, so every executor that honours them runs any plan without deadlock.
