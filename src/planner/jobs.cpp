@@ -1199,6 +1199,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
         // A receiver beside the holders stages one rail of a round at most (two rails on one NIC
         // would both pick it, and it would keep one part and take the other twice).
         std::set<DeviceId> home = home_of[&t];
+        const bool through = through_stages && hosts_of(t.candidates, cluster).size() == 1;
         for (int j = 0; j < g; ++j) {
           const int i = (start + j) % g;
           Transfer rail = whole;
@@ -1208,9 +1209,7 @@ std::vector<Job> rail_jobs(const Batch& batch, const std::vector<Job>& jobs, int
           for (const RailHost& h : hosts) rail.receivers.push_back(h.rails[i]);
           leave_by_rail(rail, i, whole, elsewhere, senders, home, round, beside, only_stages,
                         cluster);
-          if (through_stages && rail.stages.size() == 1 &&
-              hosts_of(t.candidates, cluster).size() == 1)
-            rail.through_stage = true;
+          if (through && rail.stages.size() == 1) rail.through_stage = true;
           for (DeviceId d : rail.stages) home.erase(d);
           stages_of[&t].insert(rail.stages.begin(), rail.stages.end());
           rail.splittable = false;
