@@ -1382,6 +1382,19 @@ TEST(PlannerTest, AHolderServingItsHostHandsItsOwnRailToAStage) {
   EXPECT_LE(order_ratio(p, true), 1.10);
 }
 
+// Devices 22 (host 2) and 27 (host 3) each hold half of an int32 tensor of 512 MiB that devices
+// 0, 6, 7 (host 0), 9, 11 (host 1), 24, 28 and 30 (host 3) need, eight devices and eight NICs per
+// host. Serving its host, a holder's port is charged with handing each piece to a receiver beside
+// it once; a chain that staged the piece at such a receiver was charged the hand-over again, so
+// the pieces went by the other NICs' stages and the holder handed them over twice (1.469x). The
+// hand-over to a receiver that stages the piece is that one: 1.429x (random suite seed 2904 r8).
+TEST(PlannerTest, AHolderServingItsHostStagesPiecesAtItsReceivers) {
+  Resharding p = problem_of({2396749, 7, 8}, Mesh({2}, {22, 27}), "S0RR",
+                            Mesh({8}, {28, 30, 11, 0, 24, 6, 9, 7}), "RRR", 4, 8);
+  p.cluster.nics_per_host = 8;
+  EXPECT_LE(order_ratio(p, false), 1.44);
+}
+
 // Devices 0, 1 (host 0), 4 and 5 (host 1) each hold a quarter that three devices of hosts 0-5
 // need. Device 4 sent its quarter to device 16 (host 4) over its NIC, then to device 7 beside it
 // over its device link, at the NIC's rate plus a tenth (1.10x the bound with two NICs): balance
@@ -1951,6 +1964,22 @@ TEST(PlannerTest, RailsTurnedThroughAnEvenNumberOfHostsEndAtEachOfThem) {
   p.tensor.dtype = DType::float16;
   p.cluster.nics_per_host = 8;
   EXPECT_LE(order_ratio(p, false), 1.6);
+}
+
+// Host 0's first six devices each hold all of an int64 tensor of 512 MiB that twelve devices of
+// hosts 1-5 need, one to four a host (eight devices and eight NICs per host; random suite seed
+// 2907 r11). Each host but a chain's last relays its pieces, and a relay also hands them to the
+// receivers beside it, one op at a time: in host order or turned round by round, the relays of
+// the hosts with three and four receivers sent 240-300 MiB each besides their NICs' share
+// (1.458x). Each piece's chain turned to the one that leaves its ports least busy: 1.387x
+// (detail::rail_steps, RailRelays::turned_least_busy).
+TEST(PlannerTest, RailsTurnEachPieceToTheLeastBusyChain) {
+  const std::vector<DeviceId> receivers = {42, 16, 11, 41, 37, 29, 32, 45, 15, 38, 33, 25};
+  Resharding p =
+      problem_of({67108867}, Mesh({6}, first_devices(6)), "R", Mesh({4, 3}, receivers), "R", 8, 8);
+  p.tensor.dtype = DType::int64;
+  p.cluster.nics_per_host = 8;
+  EXPECT_LE(order_ratio(p, false), 1.42);
 }
 
 // Device 0 holds an int64 tensor of 512 MiB that the first device of each of hosts 0-5 needs (four

@@ -855,11 +855,11 @@ std::pair<Plan, std::optional<double>> plan_and_time(const Batch& batch,
         // its ports sending it on and handing it to the receivers beside it; turned by one, the
         // rounds that follow one another down their chains all entered one host at once), and
         // turned through all the hosts where they are even in number (else the same steps as
-        // turned, played once).
+        // turned, played once), and turned piece by piece to the least busy chain.
         std::vector<detail::RailRules> fastest_lays = {fastest_rails->second};
         for (detail::RailRelays relays :
              {detail::RailRelays::least_sent_first, detail::RailRelays::turned,
-              detail::RailRelays::turned_through_all}) {
+              detail::RailRelays::turned_through_all, detail::RailRelays::turned_least_busy}) {
           const detail::RailRules other_order = {fastest_rails->second.pick,
                                                  fastest_rails->second.how, relays};
           const size_t before = played.size();
