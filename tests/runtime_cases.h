@@ -497,6 +497,9 @@ inline std::vector<Plan> forwarding_plans_on(int devices) {
     p.tensor = {{1000, 7, 12}, DType::float32};
     p.cluster.hosts = hosts;
     p.cluster.devices_per_host = per_host;
+    // A latency of 0.1 us makes the default bucket 12 KB, under the slices (about 48 KB): under a
+    // bucket, a slice may go from any holder as a message of about a latency, not host by host.
+    p.cluster.latency = 1e-7;
     p.src = Layout{Mesh::placed({hosts, per_host}, 0, per_host), ShardingSpec::parse("S1S0R")};
     p.dst = Layout{Mesh::placed({hosts, 1}, 0, per_host), ShardingSpec::parse("RRS1")};
     p.validate();

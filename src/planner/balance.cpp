@@ -174,15 +174,16 @@ struct Decoded {
   int64_t work = 0;     // what decoding (and timing) cost, in work units (kSearchWork)
 };
 
-// Every device the jobs may name: candidate senders, receivers and their follow-up ops' devices.
-std::vector<DeviceId> devices_of(const std::vector<Job>& jobs, Helpers helpers) {
+// Every device the jobs may name: candidate senders and helpers, receivers and their follow-up
+// ops' devices.
+std::vector<DeviceId> devices_of(const std::vector<Job>& jobs) {
   std::vector<DeviceId> devices;
   for (const Job& job : jobs) {
     for (const Transfer& t : job.transfers) {
       devices.insert(devices.end(), t.candidates.begin(), t.candidates.end());
       devices.insert(devices.end(), t.receivers.begin(), t.receivers.end());
       devices.insert(devices.end(), t.stages.begin(), t.stages.end());
-      if (helped(t, helpers)) devices.insert(devices.end(), t.helpers.begin(), t.helpers.end());
+      devices.insert(devices.end(), t.helpers.begin(), t.helpers.end());
     }
     for (const Op& op : job.then)
       devices.insert(devices.end(), op.receivers.begin(), op.receivers.end());
@@ -227,7 +228,7 @@ class OrderPlanner {
         shape_(shape),
         helpers_(helpers),
         bucket_bytes_(default_bucket_bytes(batch.cluster)),
-        model_(batch, devices_of(jobs, helpers), receipts == Receipts::over_nics_at_once),
+        model_(batch, devices_of(jobs), receipts == Receipts::over_nics_at_once),
         duties_(jobs, batch.cluster),
         own_begin_(jobs.size() + 1, 0) {
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -243,7 +244,7 @@ class OrderPlanner {
     Placed placed;
     Decoded out;
     out.split = genome.split;
-    // Copies first: each holds both ports of its device for about one latency, from data in the
+    // Copies first: each holds its device's send port for about one latency, from data in the
     // device's source tile, so it delays nothing at the start, while placed between two transfers
     // it would join them into one chain of waits.
     for (int j : genome.order)
@@ -515,6 +516,27 @@ class OrderPlanner {
         }
       }
       consider(std::move(ops), std::move(after));
+    }
+    // A slice under a bucket costs about a latency whichever link it crosses, so where its
+    // receivers' host holds it, the holders on other hosts (the transfer's helpers) may send it
+    // too: the holders beside the receivers may be busy with their own copies (two bytes that a
+    // device needed from the one holder beside it, which copied its own slice first: 10 us
+    // against a bound of 5, random suite seed 3005 r13).
+    // (Like the holders, at most kProbed of them, those idle soonest.)
+    if (!spread && !t.helpers.empty()) {
+      ranked.clear();
+      for (int i = 0; i < static_cast<int>(t.helpers.size()); ++i)
+        if (const DeviceId d = t.helpers[i];
+            std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) == used.end())
+          ranked.emplace_back(std::max(schedule.idle_from(model_.port(d, /*in=*/false)),
+                                       schedule.idle_from(model_.nic(d, /*in=*/false))),
+                              i);
+      work += static_cast<int64_t>(ranked.size());
+      const auto probed = std::min(ranked.size(), kProbed);
+      std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(probed),
+                        ranked.end());
+      for (size_t k = 0; k < probed; ++k)
+        consider(ops_of(op_to(t.receivers, t.helpers[ranked[k].second], keys)), {});
     }
     return std::move(*best);
   }
