@@ -244,7 +244,7 @@ class OrderPlanner {
     Placed placed;
     Decoded out;
     out.split = genome.split;
-    // Copies first: each holds its device's send port for about one latency, from data in the
+    // Copies first: each holds both ports of its device for about one latency, from data in the
     // device's source tile, so it delays nothing at the start, while placed between two transfers
     // it would join them into one chain of waits.
     for (int j : genome.order)
