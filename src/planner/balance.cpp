@@ -372,21 +372,26 @@ class OrderPlanner {
     // (idle from, index into candidates), kept from transfer to transfer (one per thread): a
     // problem of a quarter of a million transfers would allocate it as many times.
     thread_local std::vector<std::pair<double, int>> ranked;
-    ranked.clear();
-    for (int i = 0; i < static_cast<int>(t.candidates.size()); ++i) {
-      const DeviceId d = t.candidates[i];
-      if (std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) != used.end()) continue;
-      ranked.emplace_back(std::max(schedule.idle_from(model_.port(d, /*in=*/false)),
-                                   schedule.idle_from(model_.nic(d, /*in=*/false))),
-                          i);
-    }
-    work += static_cast<int64_t>(ranked.size());
-    if (ranked.size() > kProbed) {
-      std::partial_sort(ranked.begin(), ranked.begin() + kProbed, ranked.end());
-      ranked.resize(kProbed);
-      std::sort(ranked.begin(), ranked.end(),
-                [](const auto& a, const auto& b) { return a.second < b.second; });
-    }
+    // Of `devices` not on `used` hosts, the kProbed whose send port and NIC are idle soonest (all
+    // of them where there are no more), in the order of `devices`.
+    const auto rank = [&](const std::vector<DeviceId>& devices) {
+      ranked.clear();
+      for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
+        const DeviceId d = devices[i];
+        if (std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) != used.end()) continue;
+        ranked.emplace_back(std::max(schedule.idle_from(model_.port(d, /*in=*/false)),
+                                     schedule.idle_from(model_.nic(d, /*in=*/false))),
+                            i);
+      }
+      work += static_cast<int64_t>(ranked.size());
+      if (ranked.size() > kProbed) {
+        std::partial_sort(ranked.begin(), ranked.begin() + kProbed, ranked.end());
+        ranked.resize(kProbed);
+        std::sort(ranked.begin(), ranked.end(),
+                  [](const auto& a, const auto& b) { return a.second < b.second; });
+      }
+    };
+    rank(t.candidates);
     // Which device's sending ends soonest decides between devices that are otherwise alike, but
     // only for a slice of at least a bucket: a smaller one costs about a latency, and from the
     // first holder along the same chain as the others it fuses with them into one bucket. A
@@ -522,21 +527,12 @@ class OrderPlanner {
     // too: the holders beside the receivers may be busy with their own copies (two bytes that a
     // device needed from the one holder beside it, which copied its own slice first: 10 us
     // against a bound of 5, random suite seed 3005 r13).
-    // (Like the holders, at most kProbed of them, those idle soonest.)
+    // (Ranked as the holders are, then probed idle soonest first.)
     if (!spread && !t.helpers.empty()) {
-      ranked.clear();
-      for (int i = 0; i < static_cast<int>(t.helpers.size()); ++i)
-        if (const DeviceId d = t.helpers[i];
-            std::find(used.begin(), used.end(), batch_.cluster.host_of(d)) == used.end())
-          ranked.emplace_back(std::max(schedule.idle_from(model_.port(d, /*in=*/false)),
-                                       schedule.idle_from(model_.nic(d, /*in=*/false))),
-                              i);
-      work += static_cast<int64_t>(ranked.size());
-      const auto probed = std::min(ranked.size(), kProbed);
-      std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(probed),
-                        ranked.end());
-      for (size_t k = 0; k < probed; ++k)
-        consider(ops_of(op_to(t.receivers, t.helpers[ranked[k].second], keys)), {});
+      rank(t.helpers);
+      std::sort(ranked.begin(), ranked.end());
+      for (const auto& [idle, i] : ranked)
+        consider(ops_of(op_to(t.receivers, t.helpers[i], keys)), {});
     }
     return std::move(*best);
   }

@@ -1591,8 +1591,7 @@ class RailLayer {
       int step = -1;   // the step that brought it to the receiver that passes it on
       int stage = -1;  // the step that handed it to a stage there that receives nothing of it
       if (const auto it = handed.find({j, h}); it != handed.end()) {
-        const DeviceId to = steps_[static_cast<size_t>(it->second)].to;
-        if (std::find(receivers.begin(), receivers.end(), to) != receivers.end())
+        if (receives_beside(s, steps_[static_cast<size_t>(it->second)].to))
           step = it->second;
         else
           stage = it->second;
