@@ -2007,6 +2007,20 @@ TEST(PlannerTest, RailsTurnEachPieceToTheLeastBusyChain) {
   EXPECT_LE(order_ratio(p, false), 1.42);
 }
 
+// Device 0 (host 0) holds the first half of an int32 tensor of 512 MiB, which devices 5 (host 1),
+// 9 and 11 (host 2) need, and device 4 (host 1) the second half, which devices 0-2 need (four
+// devices and two NICs per host; random suite seed 3003 r5). The bound needs host 2 to relay the
+// first half to host 1, as host 1's NICs send the second half; the relays chosen by what hosts had
+// sent so far saw host 1 idle and chose it first: 1.230x. A host is also charged with what it must
+// send of its own, not yet laid: 1.055x (detail::rail_steps, RailRelays::least_sent_first).
+TEST(PlannerTest, AHostThatMustSendItsOwnSliceRelaysAnotherLast) {
+  Resharding p = problem_of({16777220, 8}, Mesh({2, 1}, {0, 4}), "RS0",
+                            Mesh({2, 3}, {5, 11, 9, 0, 1, 2}), "RS0", 3, 4);
+  p.tensor.dtype = DType::int32;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.07);
+}
+
 // Device 0 holds an int64 tensor of 512 MiB that the first device of each of hosts 0-5 needs (four
 // devices and two NICs per host; random suite seed 1705 r1, split). The rail of NIC 1 enters each
 // host at its device 1, which relayed every round over NIC 1 and also sent each on to the host's

@@ -1255,6 +1255,17 @@ class RailLayer {
     if (own > 0) port_[t.candidates[0]] -= own;
   }
 
+  // A slice that leaves the one host that holds it is owed by that host's NICs until it is laid:
+  // a host that relayed another slice first sent its own after (random suite seed 3003 r5 with
+  // two NICs: half a tensor from host 0 to hosts 1 and 2 relayed by host 1, which sent the other
+  // half to host 0 too).
+  void owe(const Transfer& t, double sign) {
+    if (t.within_holding_hosts(c_)) return;
+    const auto holding = hosts_of(t.candidates, c_);
+    if (holding.size() == 1)
+      owed_[holding[0]] += sign * static_cast<double>(t.bytes) / c_.nic_bandwidth_of(holding[0]);
+  }
+
   // A slice that stays on its holders' hosts goes to each receiver beside a holder from it, or
   // where that would keep the holder's port busier than the busiest host's NICs, in a chain of
   // pieces through them, so that each port carries it once.
@@ -1293,9 +1304,10 @@ class RailLayer {
     if (!spread)
       for (const auto& [h, receivers] : s.beside)
         for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
-    // A chain's hosts but the last relay it: those that have sent least so far come first.
+    // A chain's hosts but the last relay it: those that have sent least so far, or must still
+    // send of their own, come first.
     std::map<int, double> sent_before;
-    for (const auto& [h, receivers] : s.away) sent_before[h] = sent_away_[h];
+    for (const auto& [h, receivers] : s.away) sent_before[h] = sent_away_[h] + owed_[h];
     // Handing, a holder's port hands each piece to its host's receivers once (below): counted
     // while the pieces choose their senders, so that a holder serving its host hands rails over.
     std::map<DeviceId, double> serving;
@@ -1657,6 +1669,7 @@ class RailLayer {
   std::vector<double> port_;         // seconds each device sends
   std::map<int, double> nic_in_;     // seconds each NIC takes in
   std::map<int, double> sent_away_;  // seconds of each host's NICs sending so far
+  std::map<int, double> owed_;       // seconds of each host's NICs sending slices not yet laid
   std::vector<PlayStep> steps_;
   // Returning in turn: the slices whose receivers beside the holders are still to be served.
   struct Return {
@@ -1695,9 +1708,11 @@ std::optional<std::vector<PlayStep>> rail_steps(const Batch& batch, const std::v
   std::iota(sequence.begin(), sequence.end(), size_t{0});
   std::stable_partition(sequence.begin(), sequence.end(),
                         [&](size_t w) { return (*work)[w].second.within_holding_hosts(c); });
+  for (const auto& [job, t] : *work) layer.owe(t, 1);
   for (size_t w : sequence) {
     const auto& [job, t] = (*work)[w];
     layer.release_own(t, own[w]);
+    layer.owe(t, -1);
     auto [away, beside] = receivers_by_host(t, c);
     RailSlice s{.job = job,
                 .t = &t,

@@ -192,19 +192,19 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // first, so that the rails see the ports they keep busy: each receiver beside a holder takes one
 // from the holder, or where that would keep the holder's port busier than the busiest host's NICs,
 // in a chain of pieces through the receivers. The receiving hosts of a slice go in host order after
-// its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far
-// first (all but a chain's last host relay it: in host order one host relayed two slices while
-// another relayed none), or with `RailRelays::turned` turned by two hosts per round of pieces
-// (one piece per rail; so that each host relays only some of a rail's rounds, and the rounds that
-// follow one another down their chains enter different hosts at once), or with
-// `RailRelays::turned_through_all` turned so too, and one place more every n / 2 rounds where the
-// n receiving hosts are even in number, so that each of them is the last in some rounds. With
-// `RailRelays::turned_least_busy`, each piece's chain goes through the hosts in whichever turn of
-// the host order (each with another host last) leaves its busiest port or receiving NIC least
-// busy, levelled as below: a host whose receivers take much from its relays relays less.
-// With `RailLevel::levelled`, of the chains whose busiest port or receiving NIC ends within 2% of
-// the least busy, the one that adds least to the sum of the squares of the seconds its ports and
-// NICs carry: the one that loads the less busy of them.
+// its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far,
+// with what they alone hold and must still send, first (all but a chain's last host relay it: in
+// host order one host relayed two slices while another relayed none), or with `RailRelays::turned`
+// turned by two hosts per round of pieces (one piece per rail; so that each host relays only some
+// of a rail's rounds, and the rounds that follow one another down their chains enter different
+// hosts at once), or with `RailRelays::turned_through_all` turned so too, and one place more every
+// n / 2 rounds where the n receiving hosts are even in number, so that each of them is the last in
+// some rounds. With `RailRelays::turned_least_busy`, each piece's chain goes through the hosts in
+// whichever turn of the host order (each with another host last) leaves its busiest port or
+// receiving NIC least busy, levelled as below: a host whose receivers take much from its relays
+// relays less. With `RailLevel::levelled`, of the chains whose busiest port or receiving NIC ends
+// within 2% of the least busy, the one that adds least to the sum of the squares of the seconds its
+// ports and NICs carry: the one that loads the less busy of them.
 enum class RailPick { cyclic, least_busy };
 enum class RailSpread { none, spread, handing, returning, returning_in_turn };
 enum class RailRelays { by_host, least_sent_first, turned, turned_through_all, turned_least_busy };
