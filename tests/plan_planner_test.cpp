@@ -2007,6 +2007,22 @@ TEST(PlannerTest, RailsTurnEachPieceToTheLeastBusyChain) {
   EXPECT_LE(order_ratio(p, false), 1.42);
 }
 
+// A float16 tensor of 512 MiB in six blocks of columns, each held by the first two devices of one
+// of hosts 0-5; the first three devices of each of hosts 0-4 need a fifth of its rows (four
+// devices and two NICs per host; random suite seed 3108 r20). Laid by the ports, the shares into a
+// host entered NIC 1 only at device 1, a receiver that also sends its host's block over that NIC:
+// NIC 0 of each receiving host took in 43.9 MiB and NIC 1 39.4 (1.172x). Device 3, which takes
+// nothing else, may take them in and forward them to the three receivers: 41.6 MiB each, 1.129x
+// (detail::nic_shop, ShopLevel::ports).
+TEST(PlannerTest, AShareEntersANicAtADeviceThatTakesNothingElseOfTheSlice) {
+  Resharding p =
+      problem_of({16777216, 16}, Mesh({6, 2}, {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21}), "RS0",
+                 Mesh({5, 3}, {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18}), "S0R", 6, 4);
+  p.tensor.dtype = DType::float16;
+  p.cluster.nics_per_host = 2;
+  EXPECT_LE(order_ratio(p, false), 1.14);
+}
+
 // Device 0 (host 0) holds the first half of an int32 tensor of 512 MiB, which devices 5 (host 1),
 // 9 and 11 (host 2) need, and device 4 (host 1) the second half, which devices 0-2 need (four
 // devices and two NICs per host; random suite seed 3003 r5). The bound needs host 2 to relay the

@@ -348,6 +348,16 @@ bool stages_any(const std::vector<Flow>& flows, const std::vector<size_t>& other
   });
 }
 
+// Whether device `d` stages or enters one of the flows `others` without holding or receiving it.
+bool takes_any(const std::vector<Flow>& flows, const std::vector<size_t>& others, DeviceId d) {
+  return stages_any(flows, others, d) || std::any_of(others.begin(), others.end(), [&](size_t j) {
+           const Flow& g = flows[j];
+           return !g.receives(d) && std::any_of(g.in.begin(), g.in.end(), [&](const auto& share) {
+             return share.first == d;
+           });
+         });
+}
+
 // The flows' shares by device, levelled by bytes (ShopLevel::bytes).
 void lay_by_bytes(const Cluster& c, std::vector<Flow>& flows) {
   std::map<int, std::vector<Flow*>> by_sender, by_receiver;
@@ -536,14 +546,19 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       port[h] += link_time(best, q);
     }
   };
-  const auto take_quantum = [&](Flow& f, double q) {
+  const auto take_quantum = [&](size_t i, double q) {
+    Flow& f = flows[i];
     const int host = f.home(c);
     double best_time = 0;
     DeviceId best = -1;
     for (int l = 0; l < c.devices_per_host; ++l) {
       const DeviceId d = c.device_id(host, l);
-      // A receiver's NIC is entered at a receiver, another NIC at any of its devices.
-      if (!f.receives(d) && (f.receiver_on(c, c.nic_of(d)) || f.bars(d))) continue;
+      // A NIC is entered at a receiver, which forwards to the others, or at a device that takes
+      // nothing of the slice otherwise, which forwards to them all: where the receivers on a NIC
+      // send slices of their own over it, their ports are busy, and entered at them alone, that
+      // NIC took in less than the others (random suite seed 3108 r20 with two NICs: 43.9 MiB into
+      // NIC 0 of each receiving host and 39.4 into NIC 1, 1.172x -> 1.129x).
+      if (!f.receives(d) && (f.bars(d) || takes_any(flows, overlaps[i], d))) continue;
       double time = in[nic_id(d)] + nic_seconds(c, d, q);
       if (f.forwards(d) > 0) time = std::max(time, port[d] + f.forwards(d) * link_time(d, q));
       if (best < 0 || time < best_time) {
@@ -575,7 +590,7 @@ void lay_by_ports(const Cluster& c, std::vector<Flow>& flows, std::vector<double
       f.in.clear();
     }
     for (int i = 0; i < quanta; ++i)
-      for (Flow& f : flows) take_quantum(f, f.bytes() / quanta);
+      for (size_t f = 0; f < flows.size(); ++f) take_quantum(f, flows[f].bytes() / quanta);
   }
 }
 

@@ -14,7 +14,8 @@ namespace meshcast::detail {
 enum class ShopLevel {
   bytes,  // NICs above the mean give bytes to those below it, to a holder there where one is
   ports,  // bytes laid where they end soonest, counting the send ports of the devices that
-          // send, hand over and forward them (a device sends one op at a time)
+          // send, hand over and forward them (a device sends one op at a time); a NIC with
+          // receivers may be entered at a device there that takes nothing else of the slice
 };
 
 // A piece of a slice on its way: handed over the device link from `holder` to `sender` (where they
