@@ -135,8 +135,8 @@ TEST(PlayedPropertyTest, EveryShopAndEveryRailsDeliverEachElementOnce) {
                 detail::RailSpread::returning, detail::RailSpread::returning_in_turn})
             for (detail::RailRelays relays :
                  {detail::RailRelays::by_host, detail::RailRelays::least_sent_first,
-                  detail::RailRelays::turned, detail::RailRelays::turned_through_all,
-                  detail::RailRelays::turned_least_busy}) {
+                  detail::RailRelays::least_due_first, detail::RailRelays::turned,
+                  detail::RailRelays::turned_through_all, detail::RailRelays::turned_least_busy}) {
               const auto steps = detail::rail_steps(batch, jobs, 8, 0,
                                                     {.pick = pick, .how = how, .relays = relays});
               if (!steps) continue;

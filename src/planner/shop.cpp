@@ -1270,10 +1270,8 @@ class RailLayer {
     if (own > 0) port_[t.candidates[0]] -= own;
   }
 
-  // A slice that leaves the one host that holds it is owed by that host's NICs until it is laid:
-  // a host that relayed another slice first sent its own after (random suite seed 3003 r5 with
-  // two NICs: half a tensor from host 0 to hosts 1 and 2 relayed by host 1, which sent the other
-  // half to host 0 too).
+  // A slice that leaves the one host that holds it is owed by that host's NICs until it is laid
+  // (RailRelays::least_due_first).
   void owe(const Transfer& t, double sign) {
     if (t.within_holding_hosts(c_)) return;
     const auto holding = hosts_of(t.candidates, c_);
@@ -1319,10 +1317,11 @@ class RailLayer {
     if (!spread)
       for (const auto& [h, receivers] : s.beside)
         for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
-    // A chain's hosts but the last relay it: those that have sent least so far, or must still
-    // send of their own, come first.
+    // A chain's hosts but the last relay it: those that have sent least so far come first, or
+    // those with the least to send, counting what they must still send of their own.
     std::map<int, double> sent_before;
-    for (const auto& [h, receivers] : s.away) sent_before[h] = sent_away_[h] + owed_[h];
+    for (const auto& [h, receivers] : s.away)
+      sent_before[h] = sent_away_[h] + (rules.relays == RailRelays::least_due_first ? owed_[h] : 0);
     // Handing, a holder's port hands each piece to its host's receivers once (below): counted
     // while the pieces choose their senders, so that a holder serving its host hands rails over.
     std::map<DeviceId, double> serving;
@@ -1484,7 +1483,8 @@ class RailLayer {
       const double margin = f == 0 ? 0 : piece_bytes / c_.single_nic_bandwidth_of(from_host) * 2;
       std::sort(order.begin(), order.end());
       std::stable_partition(order.begin(), order.end(), [&](int h) { return h > from_host; });
-      if (rules.relays == RailRelays::least_sent_first)
+      if (rules.relays == RailRelays::least_sent_first ||
+          rules.relays == RailRelays::least_due_first)
         std::stable_sort(order.begin(), order.end(),
                          [&](int a, int b) { return sent_before.at(a) < sent_before.at(b); });
       // Turned: by two places per round of pieces (piece j leaves by rail j mod the holding host's

@@ -193,9 +193,11 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // first, so that the rails see the ports they keep busy: each receiver beside a holder takes one
 // from the holder, or where that would keep the holder's port busier than the busiest host's NICs,
 // in a chain of pieces through the receivers. The receiving hosts of a slice go in host order after
-// its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far,
-// with what they alone hold and must still send, first (all but a chain's last host relay it: in
-// host order one host relayed two slices while another relayed none), or with `RailRelays::turned`
+// its holding host, or with `RailRelays::least_sent_first` those whose NICs have sent least so far
+// first (all but a chain's last host relay it: in host order one host relayed two slices while
+// another relayed none), or with `RailRelays::least_due_first` so, counting too what they alone
+// hold and must still send (a host whose own slice was laid later looked idle and relayed first:
+// random suite seed 3003 r5 with two NICs), or with `RailRelays::turned`
 // turned by two hosts per round of pieces (one piece per rail; so that each host relays only some
 // of a rail's rounds, and the rounds that follow one another down their chains enter different
 // hosts at once), or with `RailRelays::turned_through_all` turned so too, and one place more every
@@ -208,7 +210,14 @@ std::vector<PlayStep> shop_steps(const Shop& shop);
 // ports and NICs carry: the one that loads the less busy of them.
 enum class RailPick { cyclic, least_busy };
 enum class RailSpread { none, spread, handing, returning, returning_in_turn };
-enum class RailRelays { by_host, least_sent_first, turned, turned_through_all, turned_least_busy };
+enum class RailRelays {
+  by_host,
+  least_sent_first,
+  least_due_first,
+  turned,
+  turned_through_all,
+  turned_least_busy
+};
 enum class RailLevel { busiest, levelled };
 struct RailRules {
   RailPick pick = RailPick::cyclic;
