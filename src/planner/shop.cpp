@@ -1317,11 +1317,13 @@ class RailLayer {
     if (!spread)
       for (const auto& [h, receivers] : s.beside)
         for (DeviceId r : receivers) whole[r] = add(job, t.slice, holder_on(t, h), r, -1);
-    // A chain's hosts but the last relay it: those that have sent least so far come first, or
-    // those with the least to send, counting what they must still send of their own.
-    std::map<int, double> sent_before;
+    // A chain's hosts but the last relay it: those whose NICs have sent least so far come first,
+    // or (least_due_first) those with the least to send, counting what they must still send of
+    // their own. Seconds, by receiving host.
+    std::map<int, double> sending_before;
     for (const auto& [h, receivers] : s.away)
-      sent_before[h] = sent_away_[h] + (rules.relays == RailRelays::least_due_first ? owed_[h] : 0);
+      sending_before[h] =
+          sent_away_[h] + (rules.relays == RailRelays::least_due_first ? owed_[h] : 0);
     // Handing, a holder's port hands each piece to its host's receivers once (below): counted
     // while the pieces choose their senders, so that a holder serving its host hands rails over.
     std::map<DeviceId, double> serving;
@@ -1339,7 +1341,7 @@ class RailLayer {
       const Box slice = s.piece(j);
       if (slice.empty()) continue;
       std::vector<int> added;
-      for (const Hop& hop : best_chain(s, barred, sent_before, j, slice, rules)) {
+      for (const Hop& hop : best_chain(s, barred, sending_before, j, slice, rules)) {
         added.push_back(add(job, slice, hop.from, hop.to, hop.after < 0 ? -1 : added[hop.after],
                             hop.hand_over));
         if (s.away.contains(c_.host_of(hop.to)))
@@ -1461,7 +1463,7 @@ class RailLayer {
   // receiver's port forwards to the receivers beside it, so equal rails can leave the other ports
   // waiting for theirs; but choosing piece by piece can also crowd a rail that pays off only later.
   std::vector<Hop> best_chain(const RailSlice& s, const std::vector<DeviceId>& barred,
-                              const std::map<int, double>& sent_before, int j, const Box& slice,
+                              const std::map<int, double>& sending_before, int j, const Box& slice,
                               const RailRules& rules) const {
     const Transfer& t = *s.t;
     const bool spread = rules.how != RailSpread::none;
@@ -1486,7 +1488,7 @@ class RailLayer {
       if (rules.relays == RailRelays::least_sent_first ||
           rules.relays == RailRelays::least_due_first)
         std::stable_sort(order.begin(), order.end(),
-                         [&](int a, int b) { return sent_before.at(a) < sent_before.at(b); });
+                         [&](int a, int b) { return sending_before.at(a) < sending_before.at(b); });
       // Turned: by two places per round of pieces (piece j leaves by rail j mod the holding host's
       // NICs, in round j / NICs), so that hop i of round q enters order[(i + 2q) mod n]. A rail's
       // rounds follow one another down their chains, so round q - i takes hop i while round q
