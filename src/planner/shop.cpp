@@ -1933,6 +1933,18 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<int> inside_to(device.size(), 0);                    // those of them inside its host
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
+  // Per step, with Ties::longest_chain: the seconds of the longest chain of steps from it to a
+  // step that none waits for, each at its bottleneck link's rate with the latency.
+  std::vector<double> chain(steps.size(), 0);
+  if (rules.ties == Ties::longest_chain)
+    for (size_t s = steps.size(); s-- > 0;) {
+      const Step& st = steps[s];
+      double after = 0;
+      for (int next : waiting[s]) after = std::max(after, chain[static_cast<size_t>(next)]);
+      const double rate = st.across ? c.single_nic_bandwidth_of(c.host_of(st.play->from))
+                                    : c.device_bandwidth_of(st.play->from);
+      chain[s] = static_cast<double>(st.play->bytes) / rate + c.latency + after;
+    }
   const auto choose = [&](int d) {  // an index of `device`
     int best = -1;
     std::tuple<int, int, int, double> best_key;
@@ -1969,6 +1981,7 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
         const bool between = rules.forwards == Forwards::between_sends && inside_to[st.to] == 0;
         key = {between ? 0 : 2, 0, flows_to[st.to], -to_left[st.to]};
       }
+      if (rules.ties == Ties::longest_chain) std::get<3>(key) = -chain[static_cast<size_t>(s)];
       if (best < 0 || key < best_key) {
         best = s;
         best_key = key;
