@@ -2061,9 +2061,8 @@ TEST(PlannerTest, RelaysByWhatHostsSentAreLaidBesideThoseByWhatTheyMustSend) {
 // the longest chain of steps waiting for it (detail::Ties::longest_chain), the turned rails win:
 // 1.243x.
 TEST(PlannerTest, PlaysAlsoTakeTheStepWithTheLongestChainWaitingFirst) {
-  Resharding p =
-      problem_of({134217730}, Mesh({2, 2}, {5, 14, 0, 15}), "S1", Mesh({2, 4}, first_devices(8)),
-                 "R", 4, 4);
+  Resharding p = problem_of({134217730}, Mesh({2, 2}, {5, 14, 0, 15}), "S1",
+                            Mesh({2, 4}, first_devices(8)), "R", 4, 4);
   p.tensor.dtype = DType::int32;
   p.cluster.nics_per_host = 4;
   EXPECT_LE(order_ratio(p, true), 1.30);
