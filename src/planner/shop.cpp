@@ -1934,7 +1934,8 @@ std::vector<Op> play_steps(const Batch& batch, const std::vector<PlayStep>& play
   std::vector<double> to_left(device.size(), 0);  // bytes each device has still to take in
   for (const Step& st : steps) to_left[st.to] += static_cast<double>(st.play->bytes);
   // Per step, with Ties::longest_chain: the seconds of the longest chain of steps from it to a
-  // step that none waits for, each at its bottleneck link's rate with the latency.
+  // step that none waits for, each at its bottleneck link's rate with the latency (a step waits
+  // only for an earlier one, so one pass from the last step back).
   std::vector<double> chain(rules.ties == Ties::longest_chain ? steps.size() : 0, 0);
   if (rules.ties == Ties::longest_chain)
     for (size_t s = steps.size(); s-- > 0;) {

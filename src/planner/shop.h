@@ -267,10 +267,10 @@ std::vector<PlayStep> passed_in_rings(const Cluster& c, std::vector<PlayStep> st
 // cut anywhere no NIC would wait), each step in the phase of its pair where its middle byte falls.
 // Of a device's steps of one kind, with `Ties::longest_chain` the one with the longest chain of
 // steps that wait for it (each at its slowest link's rate, with the latency) goes first, instead
-// of the one into the NIC or device with the most still to take in: a relay that forwarded a
-// piece to the receivers beside it before it sent on the piece the next host waited for left
-// that host's NICs idle (random suite seed 3301 r29 with four NICs, a half held on one host that
-// two hosts of four receivers each need: 1.382x -> 1.243x).
+// of the one into the NIC or device with the most still to take in, whatever waits for it: rails
+// that turn the relaying host round by round loaded every port within 1.17x the bound but played
+// at 1.58x so (random suite seed 3301 r29 with four NICs, a half held on one host that two hosts
+// of four receivers each need; the plan 1.382x -> 1.243x).
 enum class HandOvers { in_order, to_idle_nics };
 enum class Turns { most_left_first, least_left_first };
 enum class Sends { to_idle_nics, in_phases, to_idle_pairs };
